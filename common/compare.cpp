@@ -1,0 +1,72 @@
+#include "compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace course {
+
+std::string Comparison::summary() const {
+  char text[160];
+  std::snprintf(text, sizeof text, "%s, max rel err %.2e (tol %.1e, %zu checked, %zu bad)",
+                ok() ? "ok" : "FAILED", max_rel_err, tolerance, checked, bad);
+  return text;
+}
+
+Comparison compare(const float* out, const double* ref, std::size_t n, double tolerance,
+                   std::size_t cols, const std::vector<std::size_t>* where) {
+  Comparison result;
+  result.tolerance = tolerance;
+  result.checked = n;
+  double sum_squares = 0.0;
+  std::size_t finite = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::isfinite(ref[i])) {
+      sum_squares += ref[i] * ref[i];
+      ++finite;
+    }
+  }
+  const double rms = finite ? std::sqrt(sum_squares / static_cast<double>(finite)) : 0.0;
+
+  std::ostringstream mismatches;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double o = out[i];
+    const double r = ref[i];
+    double error;
+    if (std::isnan(r)) {
+      error = std::isnan(o) ? 0.0 : INFINITY;  // a NaN reference must be propagated
+    } else if (std::isinf(r)) {
+      error = (o == r) ? 0.0 : INFINITY;
+    } else if (!std::isfinite(o)) {
+      error = INFINITY;
+    } else {
+      const double scale = std::max(std::abs(r), rms);
+      error = scale > 0.0 ? std::abs(o - r) / scale : std::abs(o - r);
+    }
+    result.max_rel_err = std::max(result.max_rel_err, error);
+    if (!(error <= tolerance)) {
+      if (result.bad < 5) {
+        const std::size_t flat = where ? (*where)[i] : i;
+        mismatches << "  [";
+        if (cols > 0) {
+          mismatches << flat / cols << "," << flat % cols;
+        } else {
+          mismatches << flat;
+        }
+        mismatches << "] = " << o << ", expected " << r << " (rel err " << error << ")\n";
+      }
+      ++result.bad;
+    }
+  }
+  result.first_mismatches = mismatches.str();
+  return result;
+}
+
+double fp32_sum_tolerance(std::size_t terms) {
+  const double unit_roundoff = std::ldexp(1.0, -24);
+  return std::max(1e-6, 4.0 * std::sqrt(static_cast<double>(std::max<std::size_t>(terms, 1))) *
+                            unit_roundoff);
+}
+
+}  // namespace course

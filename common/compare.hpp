@@ -1,0 +1,33 @@
+// Comparison of a result with its float64 reference.
+//
+// The error of one element is |out - ref| / max(|ref|, rms(ref)): relative to the element itself,
+// but measured against the typical magnitude where the reference is close to zero. NaN or inf in
+// `out` where the reference is finite is an infinite error: NaN never passes.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace course {
+
+struct Comparison {
+  double max_rel_err = 0.0;
+  double tolerance = 0.0;
+  std::size_t checked = 0;
+  std::size_t bad = 0;         // elements whose error exceeds the tolerance
+  std::string first_mismatches;  // the first few bad elements, for the message
+  bool ok() const { return checked > 0 && bad == 0; }
+  std::string summary() const;  // one line: "ok, max rel err 1.2e-06 (tol 1.0e-05, 4096 checked)"
+};
+
+// out[i] against ref[i] for i < n. `where[i]`, if given, is the flat index of element i in a
+// matrix of `cols` columns (used to print "[row,col]"); otherwise i itself is.
+Comparison compare(const float* out, const double* ref, std::size_t n, double tolerance,
+                   std::size_t cols = 0, const std::vector<std::size_t>* where = nullptr);
+
+// Tolerance for a float32 result that sums `terms` rounded products (a dot product, a row sum):
+// rounding errors grow about as sqrt(terms) * 2^-24; we allow 4x that and never less than 1e-6.
+double fp32_sum_tolerance(std::size_t terms);
+
+}  // namespace course

@@ -1,0 +1,95 @@
+#include "gpu.hpp"
+
+#if COURSE_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "check.hpp"
+#endif
+
+namespace course {
+
+namespace {
+GpuInfo query() {
+  GpuInfo info;
+#if COURSE_HAS_CUDA
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    info.why_not = status != cudaSuccess
+                       ? std::string("no usable CUDA device (") + cudaGetErrorName(status) + ": " +
+                             cudaGetErrorString(status) + ")"
+                       : std::string("no CUDA device found");
+    cudaGetLastError();
+    return info;
+  }
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  CUDA_CHECK(cudaSetDevice(0));
+  info.available = true;
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.sm_count = prop.multiProcessorCount;
+  info.l2_bytes = static_cast<std::size_t>(prop.l2CacheSize);
+  info.global_bytes = prop.totalGlobalMem;
+  info.smem_per_block_optin = prop.sharedMemPerBlockOptin;
+#else
+  info.why_not = "built without CUDA (no CUDA compiler was found when the build was configured)";
+#endif
+  return info;
+}
+}  // namespace
+
+const GpuInfo& gpu() {
+  static const GpuInfo info = query();
+  return info;
+}
+
+std::string device_label() { return gpu().available ? gpu().name : std::string("cpu"); }
+
+}  // namespace course
+
+#include <fstream>
+#include <sstream>
+
+#include "check.hpp"
+
+namespace course {
+
+namespace {
+// MemAvailable from /proc/meminfo, or 0 if unknown.
+double host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0.0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024.0;
+  }
+  return 0.0;
+}
+}  // namespace
+
+void require_fits(double host_bytes, double device_bytes, const std::string& what) {
+  const double host = host_available_bytes();
+  if (host > 0.0 && host_bytes > 0.9 * host) {
+    throw ResourceError(what + " needs " + human_bytes(host_bytes) + " of host memory; " +
+                        human_bytes(host) + " is available. Choose a smaller size.");
+  }
+#if COURSE_HAS_CUDA
+  if (device_bytes > 0.0 && gpu().available) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (device_bytes > static_cast<double>(free_bytes)) {
+      throw ResourceError(what + " needs " + human_bytes(device_bytes) + " of GPU memory; " +
+                          human_bytes(static_cast<double>(free_bytes)) + " of " +
+                          human_bytes(static_cast<double>(total_bytes)) +
+                          " is free. Choose a smaller size.");
+    }
+  }
+#else
+  (void)device_bytes;
+#endif
+}
+
+}  // namespace course

@@ -1,0 +1,32 @@
+// Which GPU (if any) this process can use, asked once.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace course {
+
+struct GpuInfo {
+  bool available = false;
+  std::string why_not;  // when !available: why, in words a learner can act on
+  std::string name;     // e.g. "NVIDIA H100 80GB HBM3"
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  std::size_t l2_bytes = 0;
+  std::size_t global_bytes = 0;
+  std::size_t smem_per_block_optin = 0;
+};
+
+// Device 0, queried on first use.
+const GpuInfo& gpu();
+
+// The value of the CSV `device` column: the GPU's name, or "cpu".
+std::string device_label();
+
+}  // namespace course
+
+namespace course {
+// Throws ResourceError, with the sizes, unless `host_bytes` fit in the host's available memory and
+// `device_bytes` (when a GPU is used) in the GPU's free memory. Call before allocating a problem.
+void require_fits(double host_bytes, double device_bytes, const std::string& what);
+}  // namespace course

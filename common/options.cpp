@@ -1,0 +1,86 @@
+#include "options.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "check.hpp"
+#include "counters.hpp"
+#include "inputs.hpp"
+
+namespace course {
+
+CLI::Validator whole_number(int min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        std::size_t used = 0;
+        long long value = 0;
+        try {
+          value = std::stoll(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || value < min || value > INT_MAX) {
+          return "must be an integer from " + std::to_string(min) + " to " +
+                 std::to_string(INT_MAX) + ", got '" + text + "'";
+        }
+        return std::string();
+      },
+      "INT>=" + std::to_string(min));
+}
+
+CLI::Validator number(double min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        std::size_t used = 0;
+        double value = 0.0;
+        try {
+          value = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        const bool ok = used != 0 && used == text.size() && std::isfinite(value) &&
+                        (min == 0.0 ? value >= 0.0 : value > min);
+        if (!ok) {
+          return std::string("must be a number ") + (min == 0.0 ? ">= 0" : "> " + std::to_string(min)) +
+                 ", got '" + text + "'";
+        }
+        return std::string();
+      },
+      min == 0.0 ? "NUMBER>=0" : "NUMBER");
+}
+
+void add_common_options(CLI::App& app, CommonOptions& o) {
+  app.add_option("--csv", o.csv, "Append the result rows to this CSV file (course-wide schema)");
+  app.add_option("--variants", o.variants, "Run only these variants (comma-separated)")
+      ->delimiter(',');
+  app.add_option("--reps", o.reps, "Timed runs per measurement; the median is reported")
+      ->check(whole_number(1))
+      ->capture_default_str();
+  app.add_option("--warmup", o.warmup, "Untimed warm-up runs before timing")
+      ->check(whole_number(0))
+      ->capture_default_str();
+  app.add_flag("--no-counters", o.no_counters, "Do not read the GPU's hardware counters");
+  app.add_flag("--no-gpu", o.no_gpu, "Run only the CPU parts (reference, counted IO)");
+  app.add_option("--seed", o.seed, "Seed for the random inputs (default: a fresh one, printed)")
+      ->each([&o](const std::string&) { o.seed_given = true; });
+}
+
+void finish_common_options(CommonOptions& o, const std::vector<std::string>& known) {
+  for (const auto& name : o.variants) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw UsageError("unknown variant '" + name + "'; this stage has: " + list);
+    }
+  }
+  if (o.no_counters) disable_counters("--no-counters was given");
+  if (!o.seed_given) o.seed = fresh_seed();
+}
+
+bool selected(const CommonOptions& o, const std::string& variant) {
+  return o.variants.empty() ||
+         std::find(o.variants.begin(), o.variants.end(), variant) != o.variants.end();
+}
+
+}  // namespace course

@@ -1,0 +1,37 @@
+// The options every stage program shares, parsed with CLI11.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace course {
+
+struct CommonOptions {
+  std::string csv;                    // --csv FILE: append the rows to FILE
+  std::vector<std::string> variants;  // --variants a,b: run only these (default: all)
+  int reps = 20;                      // --reps: timed runs (the median is reported)
+  int warmup = 3;                     // --warmup: untimed runs first
+  bool no_counters = false;           // --no-counters: skip the hardware-counter pass
+  bool no_gpu = false;                // --no-gpu: CPU parts only, even with a GPU present
+  std::uint64_t seed = 0;             // --seed: inputs' seed (default: fresh, printed)
+  bool seed_given = false;
+};
+
+void add_common_options(CLI::App& app, CommonOptions& options);
+
+// Validators with messages that say what is expected:
+//   whole_number(min): an integer in [min, 2^31 - 1];  number(min): a finite number > min
+//   (or >= min when min is 0).
+CLI::Validator whole_number(int min);
+CLI::Validator number(double min);
+
+// After parsing: validates the variant names against `known`, applies --no-counters, picks the
+// seed. Throws UsageError for an unknown variant.
+void finish_common_options(CommonOptions& options, const std::vector<std::string>& known);
+
+bool selected(const CommonOptions& options, const std::string& variant);
+
+}  // namespace course

@@ -1,0 +1,166 @@
+// CPU tests of common/: the comparison, the counting view, the CSV format.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+
+#include "check.hpp"
+#include "compare.hpp"
+#include "inputs.hpp"
+#include "io_count.hpp"
+#include "report.hpp"
+
+using namespace course;
+
+TEST_CASE("compare: passes within tolerance, fails outside, NaN never passes") {
+  const std::vector<double> ref = {1.0, -2.0, 3.0, 0.0};
+  std::vector<float> out = {1.0f, -2.0f, 3.0f, 0.0f};
+  CHECK(compare(out.data(), ref.data(), 4, 1e-6).ok());
+
+  out[2] = 3.0f * (1.0f + 1e-3f);
+  const auto bad = compare(out.data(), ref.data(), 4, 1e-5, 2);
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.bad == 1);
+  CHECK(bad.max_rel_err == doctest::Approx(1e-3).epsilon(1e-3));
+  CHECK(bad.first_mismatches.find("[1,0]") != std::string::npos);  // row 1, col 0 of 2 columns
+
+  out[2] = std::nanf("");
+  CHECK_FALSE(compare(out.data(), ref.data(), 4, 1.0).ok());
+  out[2] = INFINITY;
+  CHECK_FALSE(compare(out.data(), ref.data(), 4, 1.0).ok());
+}
+
+TEST_CASE("compare: a zero reference element is measured against the rms, NaN references must propagate") {
+  const std::vector<double> ref = {0.0, 4.0, -4.0};
+  std::vector<float> out = {1e-7f, 4.0f, -4.0f};
+  CHECK(compare(out.data(), ref.data(), 3, 1e-6).ok());  // 1e-7 / rms(3.27) < 1e-6
+  const std::vector<double> nan_ref = {NAN, 1.0};
+  std::vector<float> nan_out = {std::nanf(""), 1.0f};
+  CHECK(compare(nan_out.data(), nan_ref.data(), 2, 1e-6).ok());
+  nan_out[0] = 0.0f;
+  CHECK_FALSE(compare(nan_out.data(), nan_ref.data(), 2, 1e-6).ok());
+}
+
+TEST_CASE("compare: an empty comparison is not a pass") {
+  CHECK_FALSE(compare(nullptr, nullptr, 0, 1.0).ok());
+}
+
+TEST_CASE("fp32_sum_tolerance grows as sqrt(terms), floor 1e-6") {
+  CHECK(fp32_sum_tolerance(1) == doctest::Approx(1e-6));
+  CHECK(fp32_sum_tolerance(4096) == doctest::Approx(4.0 * 64.0 * std::ldexp(1.0, -24)));
+  CHECK(fp32_sum_tolerance(16384) > fp32_sum_tolerance(4096));
+}
+
+TEST_CASE("random inputs: reproducible from the seed, not constant, not zero-mean") {
+  const auto a = random_uniform(10000, 42);
+  const auto b = random_uniform(10000, 42);
+  const auto c = random_uniform(10000, 43);
+  CHECK(a == b);
+  CHECK(a != c);
+  const double mean = std::accumulate(a.begin(), a.end(), 0.0) / double(a.size());
+  CHECK(mean == doctest::Approx(0.5).epsilon(0.05));
+  CHECK(*std::min_element(a.begin(), a.end()) < 0.0f);
+  CHECK(*std::max_element(a.begin(), a.end()) > 1.0f);
+}
+
+TEST_CASE("counting view: a contiguous request costs the sectors it touches") {
+  std::vector<float> data(1100);  // the view sees the first 1000
+  std::iota(data.begin(), data.end(), 0.0f);
+  Hbm hbm;
+  auto A = hbm.wrap(data.data(), 1000);
+  std::vector<float> out(100);
+  A.load(0, 8, out.data());  // 32 bytes, aligned: one sector
+  CHECK(hbm.count().read_bytes == 32);
+  A.load(4, 8, out.data());  // 32 bytes straddling two sectors
+  CHECK(hbm.count().read_bytes == 32 + 64);
+  A.load(0, 1, out.data());  // a single float still costs a sector
+  CHECK(hbm.count().read_bytes == 32 + 64 + 32);
+  CHECK(out[0] == 0.0f);
+  A.store(16, 32, out.data());  // 128 aligned bytes: four sectors
+  CHECK(hbm.count().write_bytes == 128);
+  CHECK_THROWS_AS(A.load(990, 20, out.data()), std::out_of_range);
+}
+
+TEST_CASE("counting view: a warp's lanes share sectors, as the coalescer merges them") {
+  std::vector<float> data(32 * 64);
+  Hbm hbm;
+  auto A = hbm.wrap(data.data(), data.size());
+  std::size_t index[32];
+  float values[32];
+  for (int l = 0; l < 32; ++l) index[l] = l;  // 32 consecutive floats: 4 sectors
+  A.warp_load(index, 32, values);
+  CHECK(hbm.count().read_bytes == 4 * 32);
+  for (int l = 0; l < 32; ++l) index[l] = 7;  // a broadcast: 1 sector
+  A.warp_load(index, 32, values);
+  CHECK(hbm.count().read_bytes == 5 * 32);
+  for (int l = 0; l < 32; ++l) index[l] = std::size_t(l) * 64;  // a column: 32 sectors
+  A.warp_load(index, 32, values);
+  CHECK(hbm.count().read_bytes == 37 * 32);
+  for (int l = 0; l < 32; ++l) index[l] = std::size_t(31 - l);  // order does not matter
+  A.warp_load(index, 32, values);
+  CHECK(hbm.count().read_bytes == 41 * 32);
+}
+
+TEST_CASE("counting view: arrays are placed 256-byte aligned, like cudaMalloc") {
+  std::vector<float> a(3), b(5);
+  Hbm hbm;
+  auto A = hbm.wrap(a.data(), a.size());
+  auto B = hbm.wrap(b.data(), b.size());
+  float out[8];
+  A.load(0, 3, out);
+  B.load(0, 5, out);  // would straddle if B started right after A's 12 bytes
+  CHECK(hbm.count().read_bytes == 64);
+}
+
+TEST_CASE("report: CSV rows follow the schema; unknown values stay empty, never zero") {
+  Row row;
+  row.stage = "01_naive_matmul";
+  row.variant = "coalesced";
+  row.device = "cpu";
+  row.dtype = "fp32";
+  row.shape = "M=2 N=3 K=4";
+  row.size = 2;
+  row.flops = 48;
+  row.io_model_bytes = 1024;
+  const std::string line = csv_line(row);
+  CHECK(line == "01_naive_matmul,coalesced,cpu,fp32,M=2 N=3 K=4,2,48,,,,1024,,,,,,,");
+  CHECK(std::count(line.begin(), line.end(), ',') + 1 == long(csv_columns().size()));
+  row.variant = "a,b";
+  CHECK(csv_line(row).rfind("01_naive_matmul,\"a,b\",", 0) == 0);
+
+  row.ms = 2.0;
+  row.derive_rates();
+  CHECK(*row.tflops == doctest::Approx(48.0 / 2e9));
+  CHECK(*row.gbps == doctest::Approx(1024.0 / 2e6));
+}
+
+TEST_CASE("report: append_csv writes the header once and refuses a file with another header") {
+  const std::string path = "test_common_report.csv";
+  std::remove(path.c_str());
+  Row row;
+  row.stage = "s";
+  append_csv(path, {row});
+  append_csv(path, {row, row});
+  std::ifstream in(path);
+  std::string line;
+  int lines = 0;
+  std::getline(in, line);
+  CHECK(line == csv_header());
+  while (std::getline(in, line)) ++lines;
+  CHECK(lines == 3);
+  {
+    std::ofstream other(path);
+    other << "a,b\n";
+  }
+  CHECK_THROWS_AS(append_csv(path, {row}), UsageError);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("run_program maps failures to exit codes") {
+  CHECK(run_program("t", [] { return 0; }) == 0);
+  CHECK(run_program("t", []() -> int { throw UsageError("bad size"); }) == 2);
+  CHECK(run_program("t", []() -> int { throw ResourceError("too big"); }) == 3);
+  CHECK(run_program("t", []() -> int { throw std::runtime_error("bug"); }) == 1);
+}

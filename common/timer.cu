@@ -1,0 +1,84 @@
+#include <algorithm>
+#include <vector>
+
+#include "check.hpp"
+#include "gpu.hpp"
+#include "timer.hpp"
+
+namespace course {
+
+namespace {
+
+// Reads n int4s; the conditional store keeps the loads from being optimised away.
+__global__ void read_all(const int4* __restrict__ data, size_t n, int* sink, int never) {
+  int acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const int4 v = data[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == never) *sink = acc;
+}
+
+struct FlushBuffer {
+  int4* data = nullptr;
+  int* sink = nullptr;
+  size_t count = 0;
+  FlushBuffer() {
+    const size_t bytes = std::max<size_t>(3 * gpu().l2_bytes, size_t(64) << 20);
+    count = bytes / sizeof(int4);
+    // Not a DeviceBuffer: this scratch space is not part of any problem's memory footprint.
+    CUDA_CHECK(cudaMalloc(&data, count * sizeof(int4)));
+    CUDA_CHECK(cudaMalloc(&sink, sizeof(int)));
+    CUDA_CHECK(cudaMemset(data, 0, count * sizeof(int4)));  // all zeros: acc stays 0
+    CUDA_CHECK(cudaMemset(sink, 0, sizeof(int)));
+  }
+};
+
+struct Event {
+  cudaEvent_t event{};
+  Event() { CUDA_CHECK(cudaEventCreate(&event)); }
+  ~Event() { cudaEventDestroy(event); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
+}  // namespace
+
+void flush_l2() {
+  static FlushBuffer buffer;
+  read_all<<<4 * gpu().sm_count, 512>>>(buffer.data, buffer.count, buffer.sink, 1);
+  CUDA_CHECK_LAUNCH();
+}
+
+Timing time_gpu(const std::function<void()>& launch, const TimingOptions& options) {
+  for (int i = 0; i < options.warmup; ++i) {
+    flush_l2();
+    launch();
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+
+  Event start, stop;
+  std::vector<double> ms;
+  for (int i = 0; i < options.reps; ++i) {
+    flush_l2();
+    CUDA_CHECK(cudaEventRecord(start.event));
+    launch();
+    CUDA_CHECK(cudaEventRecord(stop.event));
+    CUDA_CHECK(cudaEventSynchronize(stop.event));
+    float elapsed = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&elapsed, start.event, stop.event));
+    ms.push_back(elapsed);
+  }
+  Timing timing;
+  timing.reps = options.reps;
+  if (ms.empty()) return timing;
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  timing.median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  timing.min_ms = ms.front();
+  timing.max_ms = ms.back();
+  return timing;
+}
+
+}  // namespace course

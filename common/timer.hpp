@@ -1,0 +1,32 @@
+// GPU timing as the course does it everywhere: CUDA events around each run, warm-up runs first,
+// the L2 cache flushed before every run (so each run starts cold, as a kernel in a real model
+// would), and the median of the runs reported.
+#pragma once
+#if COURSE_HAS_CUDA
+
+#include <functional>
+
+namespace course {
+
+struct Timing {
+  double median_ms = 0.0;
+  double min_ms = 0.0;
+  double max_ms = 0.0;
+  int reps = 0;
+};
+
+struct TimingOptions {
+  int warmup = 3;
+  int reps = 20;
+};
+
+// Times `launch`, which enqueues the work on the default stream.
+Timing time_gpu(const std::function<void()>& launch, const TimingOptions& options = {});
+
+// Evicts the L2 by reading a buffer three times its size. Reading (not writing) leaves no dirty
+// lines behind whose write-back would be counted against the next kernel.
+void flush_l2();
+
+}  // namespace course
+
+#endif  // COURSE_HAS_CUDA
