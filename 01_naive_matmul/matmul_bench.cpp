@@ -1,0 +1,221 @@
+#include "matmul_bench.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <random>
+
+#include "check.hpp"
+#include "compare.hpp"
+#include "counters.hpp"
+#include "gpu.hpp"
+#include "inputs.hpp"
+#include "options.hpp"
+#include "reference.hpp"
+#include "report.hpp"
+#if COURSE_HAS_CUDA
+#include "device_buffer.hpp"
+#include "timer.hpp"
+#endif
+
+namespace matmul {
+
+namespace {
+
+struct Shape {
+  int M, N, K;
+  double mnk() const { return double(M) * N * K; }
+  std::string text() const {
+    return "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+  }
+};
+
+// The float64 reference: every entry for products up to `full_limit` multiply-adds, otherwise
+// `samples` random entries and the four corners.
+struct Reference {
+  std::vector<std::size_t> where;  // flat indices checked (all of C when empty)
+  std::vector<double> values;
+
+  Reference(const std::vector<float>& A, const std::vector<float>& B, const Shape& s,
+            double full_limit, int samples, std::uint64_t seed) {
+    if (s.mnk() <= full_limit) {
+      values = reference(A.data(), B.data(), s.M, s.N, s.K);
+      return;
+    }
+    std::mt19937_64 generator(seed);
+    std::uniform_int_distribution<int> row(0, s.M - 1), col(0, s.N - 1);
+    const int corners[4][2] = {{0, 0}, {0, s.N - 1}, {s.M - 1, 0}, {s.M - 1, s.N - 1}};
+    for (const auto& c : corners) where.push_back(std::size_t(c[0]) * s.N + c[1]);
+    for (int n = 0; n < samples; ++n) where.push_back(std::size_t(row(generator)) * s.N + col(generator));
+    for (std::size_t flat : where) {
+      values.push_back(reference_entry(A.data(), B.data(), s.N, s.K, int(flat / s.N), int(flat % s.N)));
+    }
+  }
+
+  course::Comparison check(const std::vector<float>& C, const Shape& s) const {
+    const double tolerance = course::fp32_sum_tolerance(std::size_t(s.K));
+    if (where.empty()) return course::compare(C.data(), values.data(), values.size(), tolerance, s.N);
+    std::vector<float> picked;
+    for (std::size_t flat : where) picked.push_back(C[flat]);
+    return course::compare(picked.data(), values.data(), values.size(), tolerance, s.N, &where);
+  }
+};
+
+}  // namespace
+
+int run(int argc, char** argv, const Program& program) {
+  CLI::App app{program.description};
+  course::CommonOptions options;
+  std::vector<int> sizes = program.default_sizes;
+  std::vector<int> shape;
+  double count_limit = double(1 << 27);
+  double full_reference_limit = double(1u << 31);
+  int samples = 2048;
+  course::add_common_options(app, options);
+  app.add_option("--sizes", sizes, "Square sizes n (M = N = K = n), comma-separated")
+      ->delimiter(',')
+      ->check(course::whole_number(1))
+      ->capture_default_str();
+  app.add_option("--shape", shape, "One shape M N K instead of --sizes")
+      ->expected(3)
+      ->check(course::whole_number(1));
+  app.add_option("--count-limit", count_limit,
+                 "Run the CPU counting version only when M*N*K is at most this")
+      ->check(course::number(0.0))
+      ->capture_default_str();
+  app.add_option("--full-reference-limit", full_reference_limit,
+                 "Compare every entry when M*N*K is at most this; above, sample entries")
+      ->check(course::number(0.0))
+      ->capture_default_str();
+  app.add_option("--samples", samples, "Entries checked when sampling")
+      ->check(course::whole_number(1))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  return course::run_program(program.stage, [&]() -> int {
+    std::vector<std::string> known;
+    for (const auto& v : program.variants) known.push_back(v.name);
+    course::finish_common_options(options, known);
+    std::vector<Shape> shapes;
+    if (!shape.empty()) {
+      shapes.push_back({shape[0], shape[1], shape[2]});
+    } else {
+      for (int n : sizes) shapes.push_back({n, n, n});
+    }
+
+    const bool use_gpu = course::gpu().available && !options.no_gpu;
+    std::vector<course::Row> rows;
+    std::vector<std::string> notes;
+    std::string counters_note;
+    bool all_ok = true;
+    auto progress = [&](const Shape& s, const std::string& what) {
+      std::fprintf(stderr, "[%s] %s: %s\n", program.stage.c_str(), s.text().c_str(), what.c_str());
+    };
+
+    for (const Shape& s : shapes) {
+      const double a_bytes = 4.0 * s.M * s.K, b_bytes = 4.0 * s.K * s.N, c_bytes = 4.0 * s.M * s.N;
+      const bool full = s.mnk() <= full_reference_limit;
+      const double host_bytes = a_bytes + b_bytes + 2.0 * c_bytes + (full ? 2.0 * c_bytes : 0.0);
+      course::require_fits(host_bytes, use_gpu ? a_bytes + b_bytes + c_bytes : 0.0,
+                           "the product " + s.text());
+      progress(s, "inputs and float64 reference");
+      const auto A = course::random_uniform(std::size_t(s.M) * s.K, options.seed);
+      const auto B = course::random_uniform(std::size_t(s.K) * s.N, options.seed + 1);
+      const Reference ref(A, B, s, full_reference_limit, samples, options.seed + 2);
+
+#if COURSE_HAS_CUDA
+      std::unique_ptr<course::DeviceBuffer<float>> dA, dB, dC;
+      if (use_gpu) {
+        course::reset_device_peak();
+        dA = std::make_unique<course::DeviceBuffer<float>>(A);
+        dB = std::make_unique<course::DeviceBuffer<float>>(B);
+        dC = std::make_unique<course::DeviceBuffer<float>>(std::size_t(s.M) * s.N);
+      }
+#endif
+
+      for (const Variant& v : program.variants) {
+        if (!course::selected(options, v.name)) continue;
+        course::Row row;
+        row.stage = program.stage;
+        row.variant = v.name;
+        row.device = "cpu";
+        row.dtype = "fp32";
+        row.shape = s.text();
+        if (s.M == s.N && s.N == s.K) row.size = s.M;
+        row.flops = 2.0 * s.mnk();
+        if (v.model) row.io_model_bytes = v.model(s.M, s.N, s.K);
+
+        if (v.counted && s.mnk() <= count_limit) {
+          progress(s, v.name + ": counting IO on the CPU");
+          std::vector<float> C(std::size_t(s.M) * s.N);
+          row.io_counted_bytes = double(v.counted(A.data(), B.data(), C.data(), s.M, s.N, s.K).total());
+          const auto cmp = ref.check(C, s);
+          row.max_rel_err = cmp.max_rel_err;
+          if (!cmp.ok()) {
+            all_ok = false;
+            std::cerr << "CPU " << v.name << " " << s.text() << ": " << cmp.summary() << "\n"
+                      << cmp.first_mismatches;
+          }
+        }
+
+#if COURSE_HAS_CUDA
+        if (use_gpu && v.gpu) {
+          const auto launch = [&] { v.gpu(dA->get(), dB->get(), dC->get(), s.M, s.N, s.K); };
+          progress(s, v.name + ": GPU check");
+          dC->poison();
+          launch();
+          const auto cmp = ref.check(dC->download(), s);
+          row.device = course::gpu().name;
+          row.max_rel_err = cmp.max_rel_err;
+          if (!cmp.ok()) {
+            all_ok = false;
+            std::cerr << "GPU " << v.name << " " << s.text() << ": " << cmp.summary() << "\n"
+                      << cmp.first_mismatches;
+          }
+          progress(s, v.name + ": timing");
+          row.ms = course::time_gpu(launch, {options.warmup, options.reps}).median_ms;
+          progress(s, v.name + ": hardware counters");
+          const auto measured = course::measure_traffic(launch);
+          if (measured.traffic) {
+            row.dram_read_bytes = measured.traffic->dram_read_bytes;
+            row.dram_write_bytes = measured.traffic->dram_write_bytes;
+            row.l2_read_bytes = measured.traffic->l2_read_bytes;
+            row.l2_write_bytes = measured.traffic->l2_write_bytes;
+          } else {
+            counters_note = measured.why_not;
+          }
+          row.peak_mem_bytes = double(course::device_bytes_peak());
+        }
+#endif
+        row.derive_rates();
+        rows.push_back(row);
+      }
+    }
+
+    std::cout << program.stage << " on " << course::device_label() << ", fp32, inputs uniform in "
+              << "[-1, 2), seed " << options.seed << " (repeat with --seed " << options.seed << ")\n";
+    notes.push_back("model: the chapter's formula for bytes between the SMs and L2; counted: the "
+                    "CPU run through the counting view (M*N*K <= " +
+                    std::to_string(static_cast<long long>(count_limit)) + ", else n/a)");
+    notes.push_back("L2 r+w, DRAM r+w: measured by the GPU's counters (CUPTI range profiler); "
+                    "max rel err vs float64 (all entries up to M*N*K = " +
+                    std::to_string(static_cast<long long>(full_reference_limit)) + ", then " +
+                    std::to_string(samples) + " samples + corners)");
+    if (!use_gpu) {
+      notes.push_back("GPU columns n/a: " +
+                      (options.no_gpu ? std::string("--no-gpu was given") : course::gpu().why_not));
+    } else if (!counters_note.empty()) {
+      notes.push_back("measured IO n/a: " + counters_note);
+    }
+    course::print_table(std::cout, rows, notes);
+    if (!options.csv.empty()) course::append_csv(options.csv, rows);
+    if (!all_ok) {
+      std::cerr << program.stage << ": verification FAILED (see above)\n";
+      return 1;
+    }
+    return 0;
+  });
+}
+
+}  // namespace matmul
