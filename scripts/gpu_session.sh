@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# One call on the GPU machine does everything a change needs there, in this order:
+#   build (default architectures, warnings counted), all tests, compute-sanitizer (memcheck,
+#   racecheck, synccheck, initcheck) on every GPU test, the main job (./course run), Nsight Compute
+#   on the same kernels to cross-check the in-process counters, and SASS/ncu details of the
+#   fastest kernel. Everything lands in $OUT/session.tgz; a short table is printed last.
+# Usage there: OUT=/some/dir scripts/gpu_session.sh   (Eigen/doctest/CLI11 carried in .deps/)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}
+S=$OUT/session
+mkdir -p "$S"
+export COURSE_NO_APT=1 CMAKE_PREFIX_PATH=$PWD/.deps/usr PYTHONUNBUFFERED=1
+status=()
+step() { echo "=== $* ($(date +%T))"; }
+note() { status+=("$1"); echo "    $1"; }
+
+step "GPU"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
+  --format=csv | tee "$S/gpu.txt"
+nvcc --version | tail -n 2 >> "$S/gpu.txt"
+
+step "build"
+if cmake --preset default >"$S/build.log" 2>&1 && cmake --build build -j 16 >>"$S/build.log" 2>&1; then
+  note "build: ok, $(grep -ci 'warning' "$S/build.log") warning lines"
+else
+  note "build: FAILED"; tail -n 40 "$S/build.log"
+  tar czf "$OUT/session.tgz" -C "$OUT" session; exit 1
+fi
+for k in 02_tiled_matmul/CMakeFiles/02_tiled_matmul_lib.dir/kernels.cu.o \
+         01_naive_matmul/CMakeFiles/01_naive_matmul_lib.dir/kernels.cu.o; do
+  cuobjdump -res-usage "build/$k" >> "$S/resource_usage.txt" 2>&1
+  cuobjdump -sass "build/$k" >> "$S/sass.txt" 2>&1
+done
+
+step "tests"
+ctest --test-dir build --output-on-failure >"$S/ctest.log" 2>&1
+note "ctest: $(grep -E 'tests passed|tests failed' "$S/ctest.log" | tail -n 1)"
+grep -E "measured / model|copy of" "$S/ctest.log" | sed 's/^/    /'
+
+step "compute-sanitizer"
+for tool in memcheck racecheck synccheck initcheck; do
+  for t in test_common_gpu test_01_naive_matmul_gpu test_02_tiled_matmul_gpu; do
+    log="$S/sanitize_${tool}_${t}.log"
+    COURSE_SANITIZER=1 timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      "build/bin/$t" '-tce=*measured IO*,*too-large*' >"$log" 2>&1
+    rc=$?
+    note "sanitizer $tool $t: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1)"
+  done
+done
+
+step "main job"
+./course run --out "$S/results" >"$S/run.log" 2>&1
+note "main job: rc=$?"
+grep -E "^\s*[0-9.]+x L2" "$S/run.log" | sed 's/^/    /'
+
+step "Nsight Compute cross-check"
+metrics=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum
+ncu_run() {  # name kernel-regex program args...
+  local name=$1 kernel=$2; shift 2
+  ncu --clock-control none --metrics "$metrics" --print-units base -k "regex:$kernel" --launch-count 1 \
+    --csv --log-file "$S/ncu_$name.csv" "$@" >"$S/ncu_$name.out" 2>&1
+  echo "    ncu $name: rc=$?"
+}
+ncu_run copy copy_kernel build/bin/io_probe --no-counters --l2-multiples 20 --reps 1 --warmup 0
+ncu_run coalesced naive_coalesced build/bin/01_naive_matmul --no-counters --sizes 1024 --variants coalesced --reps 1 --warmup 0
+ncu_run smem_tiled smem_tiled build/bin/02_tiled_matmul --no-counters --sizes 2048 --variants smem_tiled --reps 1 --warmup 0
+ncu_run register_blocked register_blocked build/bin/02_tiled_matmul --no-counters --sizes 2048 --variants register_blocked --reps 1 --warmup 0
+python3 scripts/compare_ncu.py --csv "$S/results/results.csv" --out "$S/ncu_vs_cupti.csv" \
+  "$S/ncu_copy.csv:io_probe:copy:largest" \
+  "$S/ncu_coalesced.csv:01_naive_matmul:coalesced:M=1024 N=1024 K=1024" \
+  "$S/ncu_smem_tiled.csv:02_tiled_matmul:smem_tiled:M=2048 N=2048 K=2048" \
+  "$S/ncu_register_blocked.csv:02_tiled_matmul:register_blocked:M=2048 N=2048 K=2048" \
+  > "$S/ncu_vs_cupti.txt" 2>&1
+cat "$S/ncu_vs_cupti.txt"
+
+step "Nsight Compute details of register_blocked at 4096"
+ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+  --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  -k regex:register_blocked --launch-count 1 build/bin/02_tiled_matmul --no-counters --sizes 4096 \
+  --variants register_blocked --reps 1 --warmup 0 >"$S/ncu_register_blocked_details.txt" 2>&1
+
+tar czf "$OUT/session.tgz" -C "$OUT" session
+step "summary"
+printf '%s\n' "${status[@]}"
+cat "$S/results/summary.md" 2>/dev/null

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Turns the course's CSV (one schema for every stage) into its figures and a summary table.
+
+    python3 scripts/report.py results.csv [more.csv ...] --out DIR
+
+Writes DIR/<family>_io.png (bytes moved vs problem size, log-log: the model as lines, the CPU
+count and the GPU's counters as markers), DIR/<family>_speed.png (speed vs size, with the peer the
+reader would otherwise use), DIR/io_probe.png (the check of the counters) and DIR/summary.md, and
+prints the summary.
+"""
+import argparse
+import csv
+import math
+import os
+import sys
+from collections import OrderedDict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+# Stages plotted together, and the peer each family is compared with (measured in the same run).
+FAMILIES = OrderedDict(
+    matmul=dict(
+        stages=["01_naive_matmul", "02_tiled_matmul"],
+        peer=("02_tiled_matmul", "cublas"),
+        xlabel="matrix side n (M = N = K = n)",
+        title="fp32 matmul",
+    ),
+)
+
+NUMERIC = ["size", "flops", "ms", "tflops", "gbps", "io_model_bytes", "io_counted_bytes",
+           "dram_read_bytes", "dram_write_bytes", "l2_read_bytes", "l2_write_bytes",
+           "peak_mem_bytes", "max_rel_err"]
+
+
+def read_rows(paths):
+    rows = []
+    for path in paths:
+        with open(path, newline="") as f:
+            for raw in csv.DictReader(f):
+                row = dict(raw)
+                for key in NUMERIC:
+                    text = row.get(key, "")
+                    row[key] = float(text) if text not in ("", None) else None
+                rows.append(row)
+    return rows
+
+
+def merged(rows):
+    """One record per (stage, variant, shape): GPU measurements and CPU counts side by side."""
+    table = OrderedDict()
+    for r in rows:
+        key = (r["stage"], r["variant"], r["shape"])
+        rec = table.setdefault(key, dict(stage=r["stage"], variant=r["variant"], shape=r["shape"]))
+        for k in NUMERIC:
+            if r[k] is not None:
+                rec[k] = r[k]
+        if r["device"] != "cpu":
+            rec["device"] = r["device"]
+    return list(table.values())
+
+
+def add(a, b):
+    return None if a is None or b is None else a + b
+
+
+def series(records, stage, variant, key):
+    pts = sorted((r["size"], r.get(key)) for r in records
+                 if r["stage"] == stage and r["variant"] == variant and r.get("size") is not None
+                 and r.get(key) is not None)
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def device_name(records):
+    names = sorted({r["device"] for r in records if r.get("device")})
+    return ", ".join(names) if names else "no GPU (CPU parts only)"
+
+
+def variants_of(records, stages):
+    seen = OrderedDict()
+    for r in records:
+        if r["stage"] in stages:
+            seen[(r["stage"], r["variant"])] = True
+    return list(seen)
+
+
+def plot_io(records, family, spec, out):
+    variants = variants_of(records, spec["stages"])
+    if not variants:
+        return None
+    for r in records:
+        r["l2_total"] = add(r.get("l2_read_bytes"), r.get("l2_write_bytes"))
+        r["dram_total"] = add(r.get("dram_read_bytes"), r.get("dram_write_bytes"))
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (stage, variant) in enumerate(variants):
+        c = colors[i % len(colors)]
+        label = f"{stage[:2]} {variant}"
+        x, y = series(records, stage, variant, "io_model_bytes")
+        if x:
+            ax.plot(x, y, "-", color=c, label=f"{label}: model")
+        x, y = series(records, stage, variant, "io_counted_bytes")
+        if x:
+            ax.plot(x, y, "x", color=c, markersize=9, label=f"{label}: counted (CPU)")
+        x, y = series(records, stage, variant, "l2_total")
+        if x:
+            ax.plot(x, y, "o", color=c, label=f"{label}: measured SM↔L2")
+        x, y = series(records, stage, variant, "dram_total")
+        if x:
+            ax.plot(x, y, "s", color=c, fillstyle="none", label=f"{label}: measured DRAM")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(spec["xlabel"])
+    ax.set_ylabel("bytes read + written")
+    ax.set_title(f"{spec['title']}: memory traffic — {device_name(records)}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    path = os.path.join(out, f"{family}_io.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def plot_speed(records, family, spec, out):
+    variants = [v for v in variants_of(records, spec["stages"])
+                if series(records, v[0], v[1], "tflops")[0]]
+    if not variants:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (stage, variant) in enumerate(variants):
+        x, y = series(records, stage, variant, "tflops")
+        peer = (stage, variant) == spec["peer"]
+        ax.plot(x, y, "--" if peer else "-o", color="black" if peer else colors[i % len(colors)],
+                label=f"{stage[:2]} {variant}" + (" (peer)" if peer else ""))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(spec["xlabel"])
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{spec['title']}: speed — {device_name(records)}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    path = os.path.join(out, f"{family}_speed.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def plot_io_probe(records, out):
+    probe = sorted((r for r in records if r["stage"] == "io_probe" and r.get("l2_read_bytes")),
+                   key=lambda r: r["size"])
+    if not probe:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    x = [r["size"] for r in probe]
+    for key, style in [("dram_read_bytes", "o-"), ("dram_write_bytes", "s-"),
+                       ("l2_read_bytes", "^--"), ("l2_write_bytes", "v--")]:
+        ax.plot(x, [r[key] / r["size"] for r in probe], style, label=key.replace("_bytes", ""))
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes copied")
+    ax.set_ylabel("measured / bytes copied")
+    ax.set_title(f"io_probe: a copy's measured traffic — {device_name(probe)}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    path = os.path.join(out, "io_probe.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def fmt_bytes(b):
+    if b is None:
+        return "n/a"
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b:.0f} B"
+
+
+def fmt(v, spec):
+    return "n/a" if v is None else format(v, spec)
+
+
+def summary(records):
+    """Per family and variant, the largest size that was timed (or counted, without a GPU)."""
+    lines = [f"Device: {device_name(records)}", "",
+             "| stage | variant | shape | ms | TFLOP/s | × peer | model | measured SM↔L2 "
+             "| SM↔L2 / model | DRAM r+w | max rel err |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for family, spec in FAMILIES.items():
+        peers = {r["shape"]: r for r in records
+                 if (r["stage"], r["variant"]) == spec["peer"] and r.get("tflops")}
+        for stage, variant in variants_of(records, spec["stages"]):
+            mine = [r for r in records if r["stage"] == stage and r["variant"] == variant]
+            timed = [r for r in mine if r.get("ms") is not None]
+            pool = timed or mine
+            best = max(pool, key=lambda r: (r.get("size") or 0, r.get("flops") or 0))
+            peer = peers.get(best["shape"])
+            ratio = (best["tflops"] / peer["tflops"]) if peer and best.get("tflops") else None
+            l2 = add(best.get("l2_read_bytes"), best.get("l2_write_bytes"))
+            model = best.get("io_model_bytes")
+            lines.append("| " + " | ".join([
+                stage, variant, best["shape"], fmt(best.get("ms"), ".3f"),
+                fmt(best.get("tflops"), ".2f"), fmt(ratio, ".2f"), fmt_bytes(model),
+                fmt_bytes(l2), fmt(l2 / model if l2 and model else None, ".3f"),
+                fmt_bytes(add(best.get("dram_read_bytes"), best.get("dram_write_bytes"))),
+                fmt(best.get("max_rel_err"), ".1e")]) + " |")
+    probe = [r for r in records if r["stage"] == "io_probe"]
+    if probe:
+        lines += ["", "| io_probe: bytes copied | GB/s | DRAM read | DRAM write | L2 read | L2 write |",
+                  "|---|---|---|---|---|---|"]
+        for r in sorted(probe, key=lambda r: r["size"]):
+            ratios = [fmt(r[k] / r["size"] if r.get(k) is not None else None, ".3f")
+                      for k in ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes", "l2_write_bytes")]
+            lines.append(f"| {fmt_bytes(r['size'])} | {fmt(r.get('gbps'), '.0f')} | " + " | ".join(ratios) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("csv", nargs="+", help="CSV files written with --csv")
+    parser.add_argument("--out", default=".", help="directory for the figures and summary.md")
+    args = parser.parse_args()
+    for path in args.csv:
+        if not os.path.exists(path):
+            sys.exit(f"report.py: {path}: no such file")
+    records = merged(read_rows(args.csv))
+    if not records:
+        sys.exit("report.py: no rows in " + ", ".join(args.csv))
+    os.makedirs(args.out, exist_ok=True)
+    written = []
+    for family, spec in FAMILIES.items():
+        written += [plot_io(records, family, spec, args.out), plot_speed(records, family, spec, args.out)]
+    written.append(plot_io_probe(records, args.out))
+    text = summary(records)
+    with open(os.path.join(args.out, "summary.md"), "w") as f:
+        f.write(text)
+    print(text)
+    for path in filter(None, written):
+        print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
