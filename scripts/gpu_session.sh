@@ -12,7 +12,8 @@ S=$OUT/session
 mkdir -p "$S"
 export COURSE_NO_APT=1 CMAKE_PREFIX_PATH=$PWD/.deps/usr PYTHONUNBUFFERED=1
 status=()
-step() { echo "=== $* ($(date +%T))"; }
+pack() { tar czf "$OUT/session.tgz" -C "$OUT" session; }  # after every step: a timeout keeps the rest
+step() { pack; echo "=== $* ($(date +%T))"; }
 note() { status+=("$1"); echo "    $1"; }
 
 step "GPU"
@@ -25,7 +26,7 @@ if cmake --preset default >"$S/build.log" 2>&1 && cmake --build build -j 16 >>"$
   note "build: ok, $(grep -ci 'warning' "$S/build.log") warning lines"
 else
   note "build: FAILED"; tail -n 40 "$S/build.log"
-  tar czf "$OUT/session.tgz" -C "$OUT" session; exit 1
+  pack; exit 1
 fi
 for k in 02_tiled_matmul/CMakeFiles/02_tiled_matmul_lib.dir/kernels.cu.o \
          01_naive_matmul/CMakeFiles/01_naive_matmul_lib.dir/kernels.cu.o; do
@@ -80,7 +81,7 @@ ncu --clock-control none --section SpeedOfLight --section Occupancy --section La
   -k regex:register_blocked --launch-count 1 build/bin/02_tiled_matmul --no-counters --sizes 4096 \
   --variants register_blocked --reps 1 --warmup 0 >"$S/ncu_register_blocked_details.txt" 2>&1
 
-tar czf "$OUT/session.tgz" -C "$OUT" session
 step "summary"
 printf '%s\n' "${status[@]}"
 cat "$S/results/summary.md" 2>/dev/null
+pack
