@@ -15,9 +15,8 @@ enum class Naive {
 };
 const char* name(Naive layout);
 
-// The kernels' thread block: 32 × 8 threads; threadIdx.x is the lane within a warp.
-constexpr int kNaiveBlockX = 32;
-constexpr int kNaiveBlockY = 8;
+// The kernels' thread block is one warp of 32 lanes (kernels.cu says why).
+constexpr int kWarpLanes = 32;
 
 // Runs the naive algorithm warp by warp, writes C, and returns the bytes moved.
 course::IoCount naive_counted(Naive layout, const float* A, const float* B, float* C, int M, int N,

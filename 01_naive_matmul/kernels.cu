@@ -5,23 +5,25 @@
 // a warp's 32 threads are laid over C, which decides how many 32-byte sectors each warp-wide load
 // touches (algorithm.hpp has the CPU version, and the formulas).
 //
-// Both read with __ldcg ("cache global": keep in L2, not in the SM's L1). We switch the L1 off on
-// purpose, so that the traffic you measure is the traffic the code asks for; stage 02 then builds
-// the on-chip reuse explicitly, in shared memory.
+// Both read with __ldcg ("cache global": keep in L2, not in the SM's L1), and a block is a single
+// warp. We switch the L1 off, and keep warps that ask for the same sectors out of the same block
+// (an SM merges requests for a sector that is already on its way), on purpose: so that the
+// traffic you measure is the traffic the code asks for. Stage 02 then builds the on-chip reuse
+// explicitly, in shared memory.
 #include "algorithm.hpp"
 #include "check.hpp"
 #include "kernels.cuh"
 
 namespace matmul {
 
-// Variant 1, uncoalesced: threadIdx.x (the lane) walks down a column of C, so the 32 lanes read
+// Variant 1, uncoalesced: the lane walks down a column of C, so the 32 lanes read
 // A[i..i+31][k] — 32 rows, 32 different sectors — and all read the same B[k][j] (one sector).
 // IO: 33 sectors per warp and k: 33·M·N·K bytes read, 32·M·N written (one sector per lane).
 __global__ void naive_uncoalesced(const float* __restrict__ A, const float* __restrict__ B,
                                   float* __restrict__ C, int M, int N, int K) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  const int j = blockIdx.y * blockDim.y + threadIdx.y;
-  if (i >= M || j >= N) return;
+  const int i = blockIdx.y * kWarpLanes + threadIdx.x;
+  const int j = blockIdx.x;
+  if (i >= M) return;
   float acc = 0.0f;
   for (int k = 0; k < K; ++k) {
     acc += __ldcg(&A[size_t(i) * K + k]) * __ldcg(&B[size_t(k) * N + j]);
@@ -35,9 +37,9 @@ __global__ void naive_uncoalesced(const float* __restrict__ A, const float* __re
 // IO: 5 sectors per warp and k: 5·M·N·K bytes read (6.6x less), 4·M·N written.
 __global__ void naive_coalesced(const float* __restrict__ A, const float* __restrict__ B,
                                 float* __restrict__ C, int M, int N, int K) {
-  const int i = blockIdx.y * blockDim.y + threadIdx.y;
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= M || j >= N) return;
+  const int i = blockIdx.x;
+  const int j = blockIdx.y * kWarpLanes + threadIdx.x;
+  if (j >= N) return;
   float acc = 0.0f;
   for (int k = 0; k < K; ++k) {
     acc += __ldcg(&A[size_t(i) * K + k]) * __ldcg(&B[size_t(k) * N + j]);
@@ -46,22 +48,23 @@ __global__ void naive_coalesced(const float* __restrict__ A, const float* __rest
 }
 
 namespace {
-dim3 grid_for(int along_x, int along_y) {
-  const dim3 grid((along_x + kNaiveBlockX - 1) / kNaiveBlockX,
-                  (along_y + kNaiveBlockY - 1) / kNaiveBlockY);
+// One block per warp: blockIdx.x is the index the lanes share (j, or i), blockIdx.y the warp's
+// 32-wide chunk of the other.
+dim3 grid_for(int shared_index_count, int lane_index_count) {
+  const dim3 grid(shared_index_count, (lane_index_count + kWarpLanes - 1) / kWarpLanes);
   course::require(grid.y <= 65535u, "matrix too large for the naive kernels' grid (at most " +
-                                        std::to_string(65535 * kNaiveBlockY) + " along y)");
+                                        std::to_string(65535 * kWarpLanes) + " along a warp)");
   return grid;
 }
 }  // namespace
 
 void launch_naive_uncoalesced(const float* A, const float* B, float* C, int M, int N, int K) {
-  naive_uncoalesced<<<grid_for(M, N), dim3(kNaiveBlockX, kNaiveBlockY)>>>(A, B, C, M, N, K);
+  naive_uncoalesced<<<grid_for(N, M), kWarpLanes>>>(A, B, C, M, N, K);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_naive_coalesced(const float* A, const float* B, float* C, int M, int N, int K) {
-  naive_coalesced<<<grid_for(N, M), dim3(kNaiveBlockX, kNaiveBlockY)>>>(A, B, C, M, N, K);
+  naive_coalesced<<<grid_for(M, N), kWarpLanes>>>(A, B, C, M, N, K);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -108,6 +108,7 @@ int run(int argc, char** argv, const Program& program) {
     std::vector<course::Row> rows;
     std::vector<std::string> notes;
     std::string counters_note;
+    std::vector<std::string> extra_lines;  // --metrics
     bool all_ok = true;
     auto progress = [&](const Shape& s, const std::string& what) {
       std::fprintf(stderr, "[%s] %s: %s\n", program.stage.c_str(), s.text().c_str(), what.c_str());
@@ -182,6 +183,12 @@ int run(int argc, char** argv, const Program& program) {
             row.dram_write_bytes = measured.traffic->dram_write_bytes;
             row.l2_read_bytes = measured.traffic->l2_read_bytes;
             row.l2_write_bytes = measured.traffic->l2_write_bytes;
+            for (const auto& [name, value] : measured.traffic->extra) {
+              char text[256];
+              std::snprintf(text, sizeof text, "%-17s %-22s %s = %.6g", v.name.c_str(),
+                            s.text().c_str(), name.c_str(), value);
+              extra_lines.push_back(text);
+            }
           } else {
             counters_note = measured.why_not;
           }
@@ -209,6 +216,10 @@ int run(int argc, char** argv, const Program& program) {
       notes.push_back("measured IO n/a: " + counters_note);
     }
     course::print_table(std::cout, rows, notes);
+    if (!extra_lines.empty()) {
+      std::cout << "extra counters (--metrics):\n";
+      for (const auto& line : extra_lines) std::cout << "  " << line << "\n";
+    }
     if (!options.csv.empty()) course::append_csv(options.csv, rows);
     if (!all_ok) {
       std::cerr << program.stage << ": verification FAILED (see above)\n";

@@ -23,9 +23,11 @@ namespace course {
 
 namespace {
 std::string g_disabled_reason;
+std::vector<std::string> g_extra_metrics;
 }  // namespace
 
 void disable_counters(const std::string& why) { g_disabled_reason = why; }
+void set_extra_metrics(const std::vector<std::string>& names) { g_extra_metrics = names; }
 
 #if !COURSE_HAS_CUPTI
 
@@ -46,8 +48,8 @@ CounterResult measure_traffic(const std::function<void()>&) {
 namespace {
 
 const char* kMetrics[] = {"dram__bytes_read.sum", "dram__bytes_write.sum",
-                          "lts__t_sectors_srcunit_tex_op_read.sum",
-                          "lts__t_sectors_srcunit_tex_op_write.sum"};
+                          "l1tex__m_xbar2l1tex_read_bytes.sum",
+                          "l1tex__m_l1tex2xbar_write_bytes.sum"};
 constexpr size_t kMetricCount = sizeof(kMetrics) / sizeof(kMetrics[0]);
 
 struct CuptiError : std::runtime_error {
@@ -97,8 +99,11 @@ struct Profiler {
   CUcontext context = nullptr;
   CUpti_Profiler_Host_Object* host = nullptr;
   std::vector<uint8_t> config;
+  std::vector<const char*> metrics;  // kMetrics, then the extra metrics
 
   Profiler() {
+    metrics.assign(kMetrics, kMetrics + kMetricCount);
+    for (const auto& name : g_extra_metrics) metrics.push_back(name.c_str());
     context = current_context();
     auto init = CUPTI_PARAMS(CUpti_Profiler_Initialize_Params);
     CUPTI_CHECK(cuptiProfilerInitialize(&init));
@@ -123,8 +128,8 @@ struct Profiler {
 
     auto add = CUPTI_PARAMS(CUpti_Profiler_Host_ConfigAddMetrics_Params);
     add.pHostObject = host;
-    add.ppMetricNames = kMetrics;
-    add.numMetrics = kMetricCount;
+    add.ppMetricNames = metrics.data();
+    add.numMetrics = metrics.size();
     CUPTI_CHECK(cuptiProfilerHostConfigAddMetrics(&add));
     auto size = CUPTI_PARAMS(CUpti_Profiler_Host_GetConfigImageSize_Params);
     size.pHostObject = host;
@@ -155,8 +160,8 @@ struct Profiler {
 
     auto data_size = CUPTI_PARAMS(CUpti_RangeProfiler_GetCounterDataSize_Params);
     data_size.pRangeProfilerObject = object;
-    data_size.pMetricNames = kMetrics;
-    data_size.numMetrics = kMetricCount;
+    data_size.pMetricNames = metrics.data();
+    data_size.numMetrics = metrics.size();
     data_size.maxNumOfRanges = 1;
     data_size.maxNumRangeTreeNodes = 1;
     CUPTI_CHECK(cuptiRangeProfilerGetCounterDataSize(&data_size));
@@ -209,22 +214,25 @@ struct Profiler {
     decode.pRangeProfilerObject = object;
     CUPTI_CHECK(cuptiRangeProfilerDecodeData(&decode));
 
-    double values[kMetricCount] = {};
+    std::vector<double> values(metrics.size());
     auto evaluate = CUPTI_PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params);
     evaluate.pHostObject = host;
     evaluate.pCounterDataImage = counter_data.data();
     evaluate.counterDataImageSize = counter_data.size();
-    evaluate.ppMetricNames = kMetrics;
-    evaluate.numMetrics = kMetricCount;
+    evaluate.ppMetricNames = metrics.data();
+    evaluate.numMetrics = metrics.size();
     evaluate.rangeIndex = 0;
-    evaluate.pMetricValues = values;
+    evaluate.pMetricValues = values.data();
     CUPTI_CHECK(cuptiProfilerHostEvaluateToGpuValues(&evaluate));
 
     Traffic traffic;
     traffic.dram_read_bytes = values[0];
     traffic.dram_write_bytes = values[1];
-    traffic.l2_read_bytes = values[2] * 32.0;
-    traffic.l2_write_bytes = values[3] * 32.0;
+    traffic.l2_read_bytes = values[2];
+    traffic.l2_write_bytes = values[3];
+    for (size_t m = kMetricCount; m < metrics.size(); ++m) {
+      traffic.extra.emplace_back(metrics[m], values[m]);
+    }
     return traffic;
   }
 };

@@ -61,6 +61,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->check(whole_number(0))
       ->capture_default_str();
   app.add_flag("--no-counters", o.no_counters, "Do not read the GPU's hardware counters");
+  app.add_option("--metrics", o.metrics,
+                 "Also read these hardware metrics (CUPTI/ncu names, e.g. "
+                 "lts__t_sectors_srcunit_tex_op_read.sum) and print them")
+      ->delimiter(',');
   app.add_flag("--no-gpu", o.no_gpu, "Run only the CPU parts (reference, counted IO)");
   app.add_option("--seed", o.seed, "Seed for the random inputs (default: a fresh one, printed)")
       ->each([&o](const std::string&) { o.seed_given = true; });
@@ -75,6 +79,7 @@ void finish_common_options(CommonOptions& o, const std::vector<std::string>& kno
     }
   }
   if (o.no_counters) disable_counters("--no-counters was given");
+  set_extra_metrics(o.metrics);
   if (!o.seed_given) o.seed = fresh_seed();
 }
 

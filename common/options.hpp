@@ -15,6 +15,7 @@ struct CommonOptions {
   int reps = 20;                      // --reps: timed runs (the median is reported)
   int warmup = 3;                     // --warmup: untimed runs first
   bool no_counters = false;           // --no-counters: skip the hardware-counter pass
+  std::vector<std::string> metrics;   // --metrics a,b: extra counters to read and print
   bool no_gpu = false;                // --no-gpu: CPU parts only, even with a GPU present
   std::uint64_t seed = 0;             // --seed: inputs' seed (default: fresh, printed)
   bool seed_given = false;

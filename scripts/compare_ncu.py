@@ -4,18 +4,18 @@ Nsight Compute on the same kernel and shape.
 
     compare_ncu.py --csv results.csv --out comparison.csv NCU_CSV:STAGE:VARIANT:SHAPE ...
 
-NCU_CSV is `ncu --csv --print-units base --metrics dram__bytes_read.sum,... --log-file NCU_CSV`
+NCU_CSV is `ncu --csv --print-units base --metrics <the four> --log-file NCU_CSV`
 of one launch; SHAPE is the CSV's shape column, or `largest` for the row with the largest size.
 """
 import argparse
 import csv
 import sys
 
-METRICS = [  # (ncu metric, CSV column, scale to bytes)
+METRICS = [  # (ncu metric, CSV column, scale to bytes); the same four as common/counters.cpp
     ("dram__bytes_read.sum", "dram_read_bytes", 1.0),
     ("dram__bytes_write.sum", "dram_write_bytes", 1.0),
-    ("lts__t_sectors_srcunit_tex_op_read.sum", "l2_read_bytes", 32.0),
-    ("lts__t_sectors_srcunit_tex_op_write.sum", "l2_write_bytes", 32.0),
+    ("l1tex__m_xbar2l1tex_read_bytes.sum", "l2_read_bytes", 1.0),
+    ("l1tex__m_l1tex2xbar_write_bytes.sum", "l2_write_bytes", 1.0),
 ]
 
 

@@ -55,8 +55,15 @@ step "main job"
 note "main job: rc=$?"
 grep -E "^\s*[0-9.]+x L2" "$S/run.log" | sed 's/^/    /'
 
+step "three counters for the same SM<->L2 reads (for the chapters)"
+views=lts__t_sectors_srcunit_tex_op_read.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
+{ build/bin/01_naive_matmul --sizes 256,512,1024,2048 --reps 3 --metrics "$views" --csv "$S/views.csv"
+  build/bin/02_tiled_matmul --sizes 256,512,1024,2048,4096 --reps 3 --metrics "$views" --csv "$S/views.csv"
+} >"$S/counter_views.txt" 2>"$S/counter_views.err"
+note "counter views: rc=$?"
+
 step "Nsight Compute cross-check"
-metrics=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum
+metrics=dram__bytes_read.sum,dram__bytes_write.sum,l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum
 ncu_run() {  # name kernel-regex program args...
   local name=$1 kernel=$2; shift 2
   ncu --clock-control none --metrics "$metrics" --print-units base -k "regex:$kernel" --launch-count 1 \

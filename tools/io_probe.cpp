@@ -1,7 +1,7 @@
 // io_probe: does the "measured" IO column measure what we think it does?
 //
 // A copy kernel over B bytes must read B bytes and write B bytes, at both levels (SM<->L2 and
-// L2<->DRAM). This program copies buffers from a quarter of the L2 up to many times its size and
+// L2<->DRAM; see common/counters.hpp for the counters). This program copies buffers from a quarter of the L2 up to many times its size and
 // prints what the counters say, as multiples of B. Expected: L2 read = L2 write = 1.00 at every
 // size; DRAM read = 1.00 at every size (the L2 is flushed first); DRAM write < 1 for buffers that
 // fit in the L2 (dirty lines are still in the L2 when the range ends), approaching 1.00 as the
@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
                     multiple, course::human_bytes(bytes).c_str(), *row.gbps,
                     t.dram_read_bytes / bytes, t.dram_write_bytes / bytes, t.l2_read_bytes / bytes,
                     t.l2_write_bytes / bytes);
+        for (const auto& [name, value] : t.extra) std::printf("           %s = %.6g\n", name.c_str(), value);
       } else {
         std::printf("%8.2fx L2 (%10s): %8.1f GB/s | counters n/a: %s\n", multiple,
                     course::human_bytes(bytes).c_str(), *row.gbps, measured.why_not.c_str());
