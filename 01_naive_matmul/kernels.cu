@@ -6,10 +6,13 @@
 // touches (algorithm.hpp has the CPU version, and the formulas).
 //
 // Both read with __ldcg ("cache global": keep in L2, not in the SM's L1), and a block is a single
-// warp. We switch the L1 off, and keep warps that ask for the same sectors out of the same block
-// (an SM merges requests for a sector that is already on its way), on purpose: so that the
-// traffic you measure is the traffic the code asks for. Stage 02 then builds the on-chip reuse
+// warp. We switch the L1 off, and keep warps that ask for the same sectors at the same moment out
+// of one block, on purpose: so that the traffic you measure is the traffic the code asks for, not
+// what the SM's caches save (the chapter measures that too). Stage 02 then builds the on-chip reuse
 // explicitly, in shared memory.
+#include <cstdlib>
+#include <string>
+
 #include "algorithm.hpp"
 #include "check.hpp"
 #include "kernels.cuh"
@@ -22,8 +25,8 @@ namespace matmul {
 __global__ void naive_uncoalesced(const float* __restrict__ A, const float* __restrict__ B,
                                   float* __restrict__ C, int M, int N, int K) {
   const int i = blockIdx.y * kWarpLanes + threadIdx.x;
-  const int j = blockIdx.x;
-  if (i >= M) return;
+  const int j = blockIdx.x * blockDim.y + threadIdx.y;  // blockDim.y = 1 unless experimenting
+  if (i >= M || j >= N) return;
   float acc = 0.0f;
   for (int k = 0; k < K; ++k) {
     acc += __ldcg(&A[size_t(i) * K + k]) * __ldcg(&B[size_t(k) * N + j]);
@@ -37,9 +40,9 @@ __global__ void naive_uncoalesced(const float* __restrict__ A, const float* __re
 // IO: 5 sectors per warp and k: 5·M·N·K bytes read (6.6x less), 4·M·N written.
 __global__ void naive_coalesced(const float* __restrict__ A, const float* __restrict__ B,
                                 float* __restrict__ C, int M, int N, int K) {
-  const int i = blockIdx.x;
+  const int i = blockIdx.x * blockDim.y + threadIdx.y;  // blockDim.y = 1 unless experimenting
   const int j = blockIdx.y * kWarpLanes + threadIdx.x;
-  if (j >= N) return;
+  if (i >= M || j >= N) return;
   float acc = 0.0f;
   for (int k = 0; k < K; ++k) {
     acc += __ldcg(&A[size_t(i) * K + k]) * __ldcg(&B[size_t(k) * N + j]);
@@ -48,24 +51,35 @@ __global__ void naive_coalesced(const float* __restrict__ A, const float* __rest
 }
 
 namespace {
-// One block per warp: blockIdx.x is the index the lanes share (j, or i), blockIdx.y the warp's
-// 32-wide chunk of the other.
-dim3 grid_for(int shared_index_count, int lane_index_count) {
-  const dim3 grid(shared_index_count, (lane_index_count + kWarpLanes - 1) / kWarpLanes);
+// Warps per block: 1. The experiment of docs/01_naive_matmul.md sets COURSE_NAIVE_WARPS_PER_BLOCK
+// (1..32) to put several warps that read the same sectors into one block.
+int warps_per_block() {
+  const char* text = std::getenv("COURSE_NAIVE_WARPS_PER_BLOCK");
+  if (text == nullptr) return 1;
+  const int w = std::atoi(text);
+  course::require(w >= 1 && w <= 32, "COURSE_NAIVE_WARPS_PER_BLOCK must be 1..32");
+  return w;
+}
+
+// blockIdx.x (with threadIdx.y) is the index the 32 lanes share (j, or i); blockIdx.y is the
+// warp's 32-wide chunk of the other.
+void launch(void (*kernel)(const float*, const float*, float*, int, int, int), int shared_count,
+            int lane_count, const float* A, const float* B, float* C, int M, int N, int K) {
+  const int w = warps_per_block();
+  const dim3 grid((shared_count + w - 1) / w, (lane_count + kWarpLanes - 1) / kWarpLanes);
   course::require(grid.y <= 65535u, "matrix too large for the naive kernels' grid (at most " +
                                         std::to_string(65535 * kWarpLanes) + " along a warp)");
-  return grid;
+  kernel<<<grid, dim3(kWarpLanes, w)>>>(A, B, C, M, N, K);
+  CUDA_CHECK_LAUNCH();
 }
 }  // namespace
 
 void launch_naive_uncoalesced(const float* A, const float* B, float* C, int M, int N, int K) {
-  naive_uncoalesced<<<grid_for(N, M), kWarpLanes>>>(A, B, C, M, N, K);
-  CUDA_CHECK_LAUNCH();
+  launch(naive_uncoalesced, N, M, A, B, C, M, N, K);
 }
 
 void launch_naive_coalesced(const float* A, const float* B, float* C, int M, int N, int K) {
-  naive_coalesced<<<grid_for(M, N), kWarpLanes>>>(A, B, C, M, N, K);
-  CUDA_CHECK_LAUNCH();
+  launch(naive_coalesced, M, N, A, B, C, M, N, K);
 }
 
 }  // namespace matmul
