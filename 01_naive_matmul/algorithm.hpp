@@ -15,8 +15,9 @@ enum class Naive {
 };
 const char* name(Naive layout);
 
-// The kernels' thread block is one warp of 32 lanes (kernels.cu says why).
-constexpr int kWarpLanes = 32;
+// The kernels' thread block: 32 x 8 threads; threadIdx.x is the lane within a warp.
+constexpr int kBlockX = 32;
+constexpr int kBlockY = 8;
 
 // Runs the naive algorithm warp by warp, writes C, and returns the bytes moved.
 course::IoCount naive_counted(Naive layout, const float* A, const float* B, float* C, int M, int N,

@@ -5,12 +5,9 @@
 // a warp's 32 threads are laid over C, which decides how many 32-byte sectors each warp-wide load
 // touches (algorithm.hpp has the CPU version, and the formulas).
 //
-// Both read with __ldcg ("cache global": keep in L2, not in the SM's L1), and a block is a single
-// warp. We switch the L1 off, and keep warps that ask for the same sectors at the same moment out
-// of one block, on purpose: so that the traffic you measure is the traffic the code asks for, not
-// what the SM's caches save (the chapter measures that too). Stage 02 then builds the on-chip reuse
-// explicitly, in shared memory.
-#include <cstdlib>
+// Both read with __ldcg ("cache global": keep in L2, not in the SM's L1). We switch the L1 off on
+// purpose, so that the traffic you measure is the traffic the code asks for, not what a cache
+// happens to save; stage 02 then builds the on-chip reuse explicitly, in shared memory.
 #include <string>
 
 #include "algorithm.hpp"
@@ -24,8 +21,8 @@ namespace matmul {
 // IO: 33 sectors per warp and k: 33·M·N·K bytes read, 32·M·N written (one sector per lane).
 __global__ void naive_uncoalesced(const float* __restrict__ A, const float* __restrict__ B,
                                   float* __restrict__ C, int M, int N, int K) {
-  const int i = blockIdx.y * kWarpLanes + threadIdx.x;
-  const int j = blockIdx.x * blockDim.y + threadIdx.y;  // blockDim.y = 1 unless experimenting
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int j = blockIdx.y * blockDim.y + threadIdx.y;
   if (i >= M || j >= N) return;
   float acc = 0.0f;
   for (int k = 0; k < K; ++k) {
@@ -40,8 +37,8 @@ __global__ void naive_uncoalesced(const float* __restrict__ A, const float* __re
 // IO: 5 sectors per warp and k: 5·M·N·K bytes read (6.6x less), 4·M·N written.
 __global__ void naive_coalesced(const float* __restrict__ A, const float* __restrict__ B,
                                 float* __restrict__ C, int M, int N, int K) {
-  const int i = blockIdx.x * blockDim.y + threadIdx.y;  // blockDim.y = 1 unless experimenting
-  const int j = blockIdx.y * kWarpLanes + threadIdx.x;
+  const int i = blockIdx.y * blockDim.y + threadIdx.y;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= M || j >= N) return;
   float acc = 0.0f;
   for (int k = 0; k < K; ++k) {
@@ -51,35 +48,23 @@ __global__ void naive_coalesced(const float* __restrict__ A, const float* __rest
 }
 
 namespace {
-// Warps per block: 1. The experiment of docs/01_naive_matmul.md sets COURSE_NAIVE_WARPS_PER_BLOCK
-// (1..32) to put several warps that read the same sectors into one block.
-int warps_per_block() {
-  const char* text = std::getenv("COURSE_NAIVE_WARPS_PER_BLOCK");
-  if (text == nullptr) return 1;
-  const int w = std::atoi(text);
-  course::require(w >= 1 && w <= 32, "COURSE_NAIVE_WARPS_PER_BLOCK must be 1..32");
-  return w;
-}
-
-// blockIdx.x (with threadIdx.y) is the index the 32 lanes share (j, or i); blockIdx.y is the
-// warp's 32-wide chunk of the other.
-void launch(void (*kernel)(const float*, const float*, float*, int, int, int), int shared_count,
-            int lane_count, const float* A, const float* B, float* C, int M, int N, int K) {
-  const int w = warps_per_block();
-  const dim3 grid((shared_count + w - 1) / w, (lane_count + kWarpLanes - 1) / kWarpLanes);
+// A block of 32 x 8 threads: threadIdx.x is the lane, so x is the direction a warp walks.
+dim3 grid_for(int along_x, int along_y) {
+  const dim3 grid((along_x + kBlockX - 1) / kBlockX, (along_y + kBlockY - 1) / kBlockY);
   course::require(grid.y <= 65535u, "matrix too large for the naive kernels' grid (at most " +
-                                        std::to_string(65535 * kWarpLanes) + " along a warp)");
-  kernel<<<grid, dim3(kWarpLanes, w)>>>(A, B, C, M, N, K);
-  CUDA_CHECK_LAUNCH();
+                                        std::to_string(65535 * kBlockY) + " along y)");
+  return grid;
 }
 }  // namespace
 
 void launch_naive_uncoalesced(const float* A, const float* B, float* C, int M, int N, int K) {
-  launch(naive_uncoalesced, N, M, A, B, C, M, N, K);
+  naive_uncoalesced<<<grid_for(M, N), dim3(kBlockX, kBlockY)>>>(A, B, C, M, N, K);
+  CUDA_CHECK_LAUNCH();
 }
 
 void launch_naive_coalesced(const float* A, const float* B, float* C, int M, int N, int K) {
-  launch(naive_coalesced, M, N, A, B, C, M, N, K);
+  naive_coalesced<<<grid_for(N, M), dim3(kBlockX, kBlockY)>>>(A, B, C, M, N, K);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace matmul

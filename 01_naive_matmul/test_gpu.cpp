@@ -2,8 +2,6 @@
 // against the model.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
-
 #include "algorithm.hpp"
 #include "counters.hpp"
 #include "device_buffer.hpp"
@@ -58,17 +56,4 @@ TEST_CASE("naive kernels: measured SM<->L2 traffic is the model's, within 10%") 
     MESSAGE(kKernels[v].first << ": measured / model = " << measured / model);
     CHECK(measured == doctest::Approx(model).epsilon(0.10));
   }
-}
-
-TEST_CASE("naive kernels stay correct with several warps per block (the chapter's experiment)") {
-  setenv("COURSE_NAIVE_WARPS_PER_BLOCK", "8", 1);
-  for (const auto& [kernel, launch] : kKernels) {
-    for (auto s : std::vector<testing::Shape>{{17, 33, 65}, {130, 129, 12}}) {
-      CAPTURE(kernel);
-      testing::check_against_reference(s, [&](const auto& A, const auto& B) {
-        return run_on_gpu(launch, s, A, B);
-      });
-    }
-  }
-  unsetenv("COURSE_NAIVE_WARPS_PER_BLOCK");
 }

@@ -62,13 +62,6 @@ views=lts__t_sectors_srcunit_tex_op_read.sum,l1tex__t_sectors_pipe_lsu_mem_globa
 } >"$S/counter_views.txt" 2>"$S/counter_views.err"
 note "counter views: rc=$?"
 
-step "experiment: warps that share sectors in one block (docs/01_naive_matmul.md)"
-for w in 1 8; do
-  COURSE_NAIVE_WARPS_PER_BLOCK=$w build/bin/01_naive_matmul --sizes 256,1024,2048 --reps 3 \
-    --metrics "$views" --csv "$S/warps_per_block_$w.csv" >"$S/warps_per_block_$w.txt" 2>/dev/null
-  note "warps per block $w: rc=$?"
-done
-
 step "Nsight Compute cross-check"
 metrics=dram__bytes_read.sum,dram__bytes_write.sum,l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum
 ncu_run() {  # name kernel-regex program args...
