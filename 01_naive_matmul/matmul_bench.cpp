@@ -1,6 +1,7 @@
 #include "matmul_bench.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -91,7 +92,7 @@ int run(int argc, char** argv, const Program& program) {
   app.add_option("--samples", samples, "Entries checked when sampling")
       ->check(course::whole_number(1))
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program(program.stage, [&]() -> int {
     std::vector<std::string> known;
@@ -102,6 +103,10 @@ int run(int argc, char** argv, const Program& program) {
       shapes.push_back({shape[0], shape[1], shape[2]});
     } else {
       for (int n : sizes) shapes.push_back({n, n, n});
+    }
+    for (const Shape& s : shapes) {
+      course::require(s.M <= (1 << 30) && s.N <= (1 << 30) && s.K <= (1 << 30),
+                      "M, N and K can be at most 2^30 (" + s.text() + ")");
     }
 
     const bool use_gpu = course::gpu().available && !options.no_gpu;
@@ -149,7 +154,7 @@ int run(int argc, char** argv, const Program& program) {
 
         if (v.counted && s.mnk() <= count_limit) {
           progress(s, v.name + ": counting IO on the CPU");
-          std::vector<float> C(std::size_t(s.M) * s.N);
+          std::vector<float> C(std::size_t(s.M) * s.N, NAN);  // unwritten elements fail the check
           row.io_counted_bytes = double(v.counted(A.data(), B.data(), C.data(), s.M, s.N, s.K).total());
           const auto cmp = ref.check(C, s);
           row.max_rel_err = cmp.max_rel_err;

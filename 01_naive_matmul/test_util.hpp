@@ -20,16 +20,16 @@ struct Shape {
 
 // Shapes that are not multiples of any tile or warp (1x1x1, odd, primes, 1000+), plus aligned ones.
 // Under compute-sanitizer (COURSE_SANITIZER=1) only the small ones, which exercise every edge.
+inline bool under_sanitizer() { return std::getenv("COURSE_SANITIZER") != nullptr; }
+
 inline std::vector<Shape> shapes() {
   std::vector<Shape> all = {{1, 1, 1}, {17, 33, 65}, {2, 129, 7}, {130, 129, 132}, {128, 96, 64}};
-  if (!std::getenv("COURSE_SANITIZER")) {
+  if (!under_sanitizer()) {
     all.push_back({1031, 1000, 1017});
     all.push_back({256, 384, 512});
   }
   return all;
 }
-
-inline bool under_sanitizer() { return std::getenv("COURSE_SANITIZER") != nullptr; }
 
 // Runs `run` on fresh random A, B (C starts poisoned with NaN where the caller poisons it) and
 // checks every entry of C against the float64 reference.

@@ -1,5 +1,6 @@
-// Stage 02's tiled algorithms on the CPU, block by block as the kernels run them, through the
-// counting view of global memory. The tile sizes here are the kernels' (kernels.cu uses them).
+// Stage 02's tiled algorithms on the CPU, block by block and warp instruction by warp instruction
+// as the kernels run them, through the counting view of global memory. The tile sizes here are the
+// kernels' (kernels.cu uses them).
 #pragma once
 
 #include "io_count.hpp"
@@ -13,6 +14,10 @@ constexpr int kTile = 32;
 // Register blocking: a block of 256 threads computes a BM×BN tile of C; each thread an TM×TN
 // sub-tile held in registers. K is walked BK at a time.
 constexpr int kBM = 128, kBN = 128, kBK = 8, kTM = 8, kTN = 8;
+
+// register_blocked moves 16 bytes per load and store when rows of A and B (and C) start on
+// 16-byte boundaries; otherwise it falls back to 4-byte accesses.
+inline bool register_blocked_vectorized(int N, int K) { return K % 4 == 0 && N % 4 == 0; }
 
 course::IoCount tiled_counted(const float* A, const float* B, float* C, int M, int N, int K);
 course::IoCount register_blocked_counted(const float* A, const float* B, float* C, int M, int N,

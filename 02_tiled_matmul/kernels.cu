@@ -5,6 +5,7 @@
 // traffic the algorithm asks for. The CPU versions, with the same tiles, are in algorithm.cpp.
 #include <cublas_v2.h>
 
+#include <climits>
 #include <string>
 
 #include "algorithm.hpp"
@@ -42,24 +43,41 @@ __global__ void smem_tiled(const float* __restrict__ A, const float* __restrict_
 
 namespace {
 
-// Loads row r, columns c..c+3 of a rows×cols matrix, zeros outside it. kVec: 16-byte loads,
-// possible when cols % 4 == 0 (then the four are all inside or all outside).
-template <bool kVec>
-__device__ float4 load4(const float* __restrict__ P, int r, int c, int rows, int cols) {
-  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (r >= rows) return v;
-  const float* p = P + size_t(r) * cols + c;
-  if (kVec) {
-    if (c < cols) v = __ldcg(reinterpret_cast<const float4*>(p));
-  } else {
-    if (c + 0 < cols) v.x = __ldcg(p + 0);
-    if (c + 1 < cols) v.y = __ldcg(p + 1);
-    if (c + 2 < cols) v.z = __ldcg(p + 2);
-    if (c + 3 < cols) v.w = __ldcg(p + 3);
-  }
-  return v;
+constexpr int kThreads = (kBM / kTM) * (kBN / kTN);  // register_blocked's block: 256 threads
+
+// Which 4 elements of a tile (COLS columns, row-major) thread t moves per step: their row (x) and
+// column (y). With kVec, 4 adjacent elements of one row, one 16-byte load. Without, elements t,
+// t+256, t+512 and t+768 of the tile: four 4-byte loads, in each of which a warp's 32 lanes read 32
+// consecutive floats (coalesced either way).
+template <bool kVec, int COLS>
+__device__ int2 slice_position(int t, int q) {
+  if (kVec) return make_int2(t / (COLS / 4), (t % (COLS / 4)) * 4 + q);
+  return make_int2((t + kThreads * q) / COLS, (t + kThreads * q) % COLS);
 }
 
+// Thread t's 4 elements of the ROWS×COLS tile at (row0, col0) of a rows×cols matrix; zeros outside
+// it. kVec needs cols % 4 == 0, so that the four are all inside or all outside.
+template <bool kVec, int COLS>
+__device__ void load_slice(float (&v)[4], const float* __restrict__ P, int row0, int col0, int rows,
+                           int cols, int t) {
+  if constexpr (kVec) {
+    const int2 at = slice_position<true, COLS>(t, 0);
+    const int r = row0 + at.x, c = col0 + at.y;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < rows && c < cols) x = __ldcg(reinterpret_cast<const float4*>(P + size_t(r) * cols + c));
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int2 at = slice_position<false, COLS>(t, q);
+      const int r = row0 + at.x, c = col0 + at.y;
+      v[q] = (r < rows && c < cols) ? __ldcg(P + size_t(r) * cols + c) : 0.0f;
+    }
+  }
+}
+
+// Stores 4 adjacent results of row r, columns c..c+3: one 16-byte store with kVec (cols % 4 == 0),
+// otherwise four 4-byte stores, each of which a warp spreads over 16-byte strides.
 template <bool kVec>
 __device__ void store4(float* __restrict__ P, int r, int c, int cols, float4 v) {
   float* p = P + size_t(r) * cols + c;
@@ -82,17 +100,19 @@ __device__ void store4(float* __restrict__ P, int r, int c, int cols, float4 v) 
 // shared memory, set the pace.
 // Also: the A tile is stored transposed (As[k][m]) so that a thread's 8 values of A are
 // contiguous; the next tiles are loaded from global memory into registers while the current ones
-// are used (double-buffered shared memory, one barrier per step); 16-byte global loads.
-// IO: 4·(M·K·⌈N/128⌉ + K·N·⌈M/128⌉) bytes read: 4x less than variant 1, 128x less than naive.
+// are used (double-buffered shared memory, one barrier per step); 16-byte global loads and stores
+// when K and N are multiples of 4. Otherwise (kVec false) 4-byte loads, still coalesced, and 4-byte
+// stores; that path needs 167 registers, so it runs one block per SM instead of two.
+// IO: 4·(M·K·⌈N/128⌉ + K·N·⌈M/128⌉) bytes read: 4x less than variant 1, 80x less than the
+// coalesced naive kernel. (Without 16-byte stores, C's sectors are written four times.)
 template <bool kVec>
-__global__ void __launch_bounds__((kBM / kTM) * (kBN / kTN), 2)
+__global__ void __launch_bounds__(kThreads, kVec ? 2 : 1)
     register_blocked(const float* __restrict__ A, const float* __restrict__ B,
                      float* __restrict__ C, int M, int N, int K) {
   constexpr int BM = kBM, BN = kBN, BK = kBK, TM = kTM, TN = kTN;
-  constexpr int kThreads = (BM / TM) * (BN / TN);
   static_assert(TM == 8 && TN == 8, "a thread's sub-tile is two 4-wide halves in each direction");
   static_assert(BM * BK == 4 * kThreads && BK * BN == 4 * kThreads,
-                "per step, each thread loads one float4 of A and one of B");
+                "per step, each thread moves 4 floats of A and 4 of B");
   // +4 floats of padding per row of As makes the transposing stores conflict-free.
   __shared__ __align__(16) float As[2][BK][BM + 4];
   __shared__ __align__(16) float Bs[2][BK][BN];
@@ -100,21 +120,27 @@ __global__ void __launch_bounds__((kBM / kTM) * (kBN / kTN), 2)
   const int tid = threadIdx.x;
   const int tx = tid % (BN / TN), ty = tid / (BN / TN);  // 16 × 16 threads
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  // The float4 of A (row a_r, columns a_c..a_c+3 of the tile) and of B this thread loads.
-  const int a_r = tid / (BK / 4), a_c = (tid % (BK / 4)) * 4;
-  const int b_r = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4;
 
-  float4 a_next, b_next;
+  float a_next[4], b_next[4];  // this thread's slices of the next tiles of A and B
   auto load_tiles = [&](int k0) {  // global -> registers
-    a_next = load4<kVec>(A, m0 + a_r, k0 + a_c, M, K);
-    b_next = load4<kVec>(B, k0 + b_r, n0 + b_c, K, N);
+    load_slice<kVec, BK>(a_next, A, m0, k0, M, K, tid);
+    load_slice<kVec, BN>(b_next, B, k0, n0, K, N, tid);
   };
-  auto store_tiles = [&](int buf) {  // registers -> shared memory
-    As[buf][a_c + 0][a_r] = a_next.x;
-    As[buf][a_c + 1][a_r] = a_next.y;
-    As[buf][a_c + 2][a_r] = a_next.z;
-    As[buf][a_c + 3][a_r] = a_next.w;
-    *reinterpret_cast<float4*>(&Bs[buf][b_r][b_c]) = b_next;
+  auto store_tiles = [&](int buf) {  // registers -> shared memory, A transposed
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int2 a = slice_position<kVec, BK>(tid, q);
+      As[buf][a.y][a.x] = a_next[q];
+      if (!kVec) {
+        const int2 b = slice_position<false, BN>(tid, q);
+        Bs[buf][b.x][b.y] = b_next[q];
+      }
+    }
+    if (kVec) {  // 4 adjacent floats of a row of Bs: one 16-byte store
+      const int2 b = slice_position<true, BN>(tid, 0);
+      *reinterpret_cast<float4*>(&Bs[buf][b.x][b.y]) =
+          make_float4(b_next[0], b_next[1], b_next[2], b_next[3]);
+    }
   };
 
   // This thread's rows of C are ty*4 + {0..3} and BM/2 + ty*4 + {0..3}; its columns likewise with
@@ -173,13 +199,15 @@ void cublas_check(cublasStatus_t status, const char* expression) {
 }  // namespace
 
 void launch_smem_tiled(const float* A, const float* B, float* C, int M, int N, int K) {
+  course::require(K <= INT_MAX - kTile, "K too large for the kernel's loop counter");
   smem_tiled<<<grid_for(M, N, kTile, kTile), dim3(kTile, kTile)>>>(A, B, C, M, N, K);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_register_blocked(const float* A, const float* B, float* C, int M, int N, int K) {
-  const dim3 grid = grid_for(M, N, kBM, kBN), block((kBM / kTM) * (kBN / kTN));
-  if (K % 4 == 0 && N % 4 == 0) {
+  course::require(K <= INT_MAX - kBK, "K too large for the kernel's loop counter");
+  const dim3 grid = grid_for(M, N, kBM, kBN), block(kThreads);
+  if (register_blocked_vectorized(N, K)) {
     register_blocked<true><<<grid, block>>>(A, B, C, M, N, K);
   } else {
     register_blocked<false><<<grid, block>>>(A, B, C, M, N, K);

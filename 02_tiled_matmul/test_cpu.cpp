@@ -58,3 +58,17 @@ TEST_CASE("tiled model: exactness conditions") {
   CHECK_FALSE(tiled_model_exact(8, 12, 16));
   CHECK_FALSE(tiled_model_exact(8, 16, 4));
 }
+
+TEST_CASE("register_blocked (CPU): the 4-byte path reads like the 16-byte one, writes C's sectors 4x") {
+  // K = 9 forces 4-byte accesses. Reads: rows of A start off the sector grid either way. Writes:
+  // a warp's 4-byte store touches every other float of 16-byte strides, so each sector of C is
+  // written by four instructions instead of one.
+  const int M = 128, N = 256, K = 9;
+  const auto A = course::random_uniform(std::size_t(M) * K, course::fresh_seed());
+  const auto B = course::random_uniform(std::size_t(K) * N, course::fresh_seed());
+  std::vector<float> C(std::size_t(M) * N);
+  REQUIRE_FALSE(register_blocked_vectorized(N, K));
+  const auto io = register_blocked_counted(A.data(), B.data(), C.data(), M, N, K);
+  CHECK(io.write_bytes == 4u * 4u * M * N);
+  CHECK(io.read_bytes >= 4u * (std::size_t(M) * K * 2 + std::size_t(K) * N));
+}

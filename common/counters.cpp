@@ -99,11 +99,12 @@ struct Profiler {
   CUcontext context = nullptr;
   CUpti_Profiler_Host_Object* host = nullptr;
   std::vector<uint8_t> config;
-  std::vector<const char*> metrics;  // kMetrics, then the extra metrics
+  std::vector<std::string> extra_names;  // owned here: `metrics` points into them
+  std::vector<const char*> metrics;      // kMetrics, then the extra metrics
 
-  Profiler() {
+  Profiler() : extra_names(g_extra_metrics) {
     metrics.assign(kMetrics, kMetrics + kMetricCount);
-    for (const auto& name : g_extra_metrics) metrics.push_back(name.c_str());
+    for (const auto& name : extra_names) metrics.push_back(name.c_str());
     context = current_context();
     auto init = CUPTI_PARAMS(CUpti_Profiler_Initialize_Params);
     CUPTI_CHECK(cuptiProfilerInitialize(&init));
@@ -126,11 +127,21 @@ struct Profiler {
     CUPTI_CHECK(cuptiProfilerHostInitialize(&host_init));
     host = host_init.pHostObject;
 
-    auto add = CUPTI_PARAMS(CUpti_Profiler_Host_ConfigAddMetrics_Params);
-    add.pHostObject = host;
-    add.ppMetricNames = metrics.data();
-    add.numMetrics = metrics.size();
-    CUPTI_CHECK(cuptiProfilerHostConfigAddMetrics(&add));
+    // Our four metrics, then each extra one alone, so that a misspelt name can be named.
+    for (size_t first = 0; first < metrics.size();) {
+      const size_t count = first == 0 ? kMetricCount : 1;
+      auto add = CUPTI_PARAMS(CUpti_Profiler_Host_ConfigAddMetrics_Params);
+      add.pHostObject = host;
+      add.ppMetricNames = metrics.data() + first;
+      add.numMetrics = count;
+      const CUptiResult status = cuptiProfilerHostConfigAddMetrics(&add);
+      if (status != CUPTI_SUCCESS && first >= kMetricCount) {
+        throw UsageError(std::string("--metrics: '") + metrics[first] +
+                         "' is not a metric this GPU's profiler knows (see ncu --query-metrics)");
+      }
+      cupti_check(status, "cuptiProfilerHostConfigAddMetrics");
+      first += count;
+    }
     auto size = CUPTI_PARAMS(CUpti_Profiler_Host_GetConfigImageSize_Params);
     size.pHostObject = host;
     CUPTI_CHECK(cuptiProfilerHostGetConfigImageSize(&size));
@@ -213,6 +224,9 @@ struct Profiler {
     auto decode = CUPTI_PARAMS(CUpti_RangeProfiler_DecodeData_Params);
     decode.pRangeProfilerObject = object;
     CUPTI_CHECK(cuptiRangeProfilerDecodeData(&decode));
+    if (decode.numOfRangeDropped != 0) {
+      throw CuptiError(CUPTI_ERROR_UNKNOWN, "the profiler dropped the measured range");
+    }
 
     std::vector<double> values(metrics.size());
     auto evaluate = CUPTI_PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params);
@@ -258,12 +272,24 @@ CounterResult measure_traffic(const std::function<void()>& run) {
     result.why_not = gpu().why_not;
     return result;
   }
-  static Profiler* profiler = nullptr;
+  static Profiler* profiler = nullptr;  // set up once, lives until exit
+  if (profiler == nullptr) {
+    try {
+      profiler = new Profiler();
+    } catch (const UsageError&) {
+      throw;  // a misspelt --metrics name is the user's to fix
+    } catch (const std::exception& e) {
+      const auto* cupti = dynamic_cast<const CuptiError*>(&e);
+      g_disabled_reason = cupti ? explain(*cupti)
+                                : std::string("CUPTI counters unavailable: ") + e.what();
+      result.why_not = g_disabled_reason;  // say it once, and stop trying
+      return result;
+    }
+  }
   try {
-    if (profiler == nullptr) profiler = new Profiler();  // lives until exit
     result.traffic = profiler->measure(run);
   } catch (const CuptiError& e) {  // CUDA errors (a faulting kernel) propagate as errors
-    g_disabled_reason = explain(e);  // say it once, and stop trying
+    g_disabled_reason = explain(e);
     result.why_not = g_disabled_reason;
   }
   return result;

@@ -11,8 +11,9 @@
 // Why the SM side of the crossbar and not the L2's own sector count
 // (lts__t_sectors_srcunit_tex_op_read): when several SMs ask for the same sector while it is still
 // on its way from DRAM, the L2 looks it up once, so its count falls below the bytes it delivers
-// (by up to 25% for our tiled matmuls at n = 1024, measured on an H200). Each SM still receives its
-// own copy; that delivered traffic is what the models count. docs/01_naive_matmul.md shows both.
+// (25% below for our tiled matmuls at n = 1024, 70% below for the coalesced naive kernel at
+// n = 256). Each SM still receives its own copy, and that delivered traffic is what the models
+// count. docs/01_naive_matmul.md shows both.
 #pragma once
 
 #include <functional>
@@ -38,7 +39,8 @@ struct CounterResult {
 
 // Runs `run` (which enqueues GPU work) inside one profiler range, replaying it as many times as
 // the counters need passes, and returns the totals over the range. Never throws for an
-// unavailable profiler: the result then says why, and the program goes on without counters.
+// unavailable profiler: the result then says why, and the program goes on without counters. Throws
+// UsageError for an unknown --metrics name, and lets CUDA errors of `run` propagate.
 CounterResult measure_traffic(const std::function<void()>& run);
 
 // Also reads these metrics (any the range profiler knows, e.g. lts__t_sectors_srcunit_tex_op_read.sum)

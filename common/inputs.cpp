@@ -10,11 +10,12 @@ namespace course {
 
 std::uint64_t fresh_seed() {
   if (const char* text = std::getenv("COURSE_SEED")) {
-    try {
-      return std::stoull(text);
-    } catch (const std::exception&) {
-      throw UsageError(std::string("COURSE_SEED must be a non-negative integer, got '") + text + "'");
+    const std::string value(text);
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos ||
+        value.size() > 19) {
+      throw UsageError("COURSE_SEED must be a non-negative integer, got '" + value + "'");
     }
+    return std::stoull(value);
   }
   std::random_device device;
   return (static_cast<std::uint64_t>(device()) << 32) ^ device();

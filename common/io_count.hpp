@@ -3,9 +3,9 @@
 //
 // The memory system does not move single floats: it moves 32-byte sectors. One request (one warp's
 // load or store instruction, or one contiguous segment such as a row of a tile) costs every sector
-// it touches, once. So the view counts sectors per request, which is what the GPU's counters
-// measure between the SMs and L2 (lts__t_sectors_srcunit_tex_op_{read,write}) when nothing is
-// cached on the SM.
+// it touches, once. So the view counts sectors per request: the sectors the warps request
+// (l1tex__t_sectors_pipe_lsu_mem_global_op_{ld,st}), which, when nothing is cached on the SM, are
+// the bytes that cross between the SMs and L2 (common/counters.hpp).
 //
 //   Hbm hbm;
 //   auto A = hbm.wrap(a.data(), a.size());          // a float array in "global memory"
@@ -26,6 +26,7 @@ namespace course {
 
 constexpr std::uint64_t kSectorBytes = 32;
 constexpr int kWarpSize = 32;
+constexpr int kMaxRequest = 4 * kWarpSize;  // a warp's 16-byte accesses: 128 floats
 
 struct IoCount {
   std::uint64_t read_bytes = 0;
@@ -56,7 +57,8 @@ class GlobalArray {
   }
 
   // One warp-wide request: lane l (l < lanes) reads element index[l]. Lanes that touch the same
-  // sector share it, as the hardware's coalescer does.
+  // sector share it, as the hardware's coalescer does. With 16-byte accesses a warp touches up to
+  // 128 elements, so up to 4 x 32 indices are accepted.
   void warp_load(const std::size_t* index, int lanes, Value* out) const {
     io_->read_bytes += warp_sectors(index, lanes) * kSectorBytes;
     for (int l = 0; l < lanes; ++l) out[l] = data_[index[l]];
@@ -80,8 +82,8 @@ class GlobalArray {
     return last_byte / kSectorBytes - sector_of(first) + 1;
   }
   std::uint64_t warp_sectors(const std::size_t* index, int lanes) const {
-    if (lanes <= 0 || lanes > kWarpSize) throw std::out_of_range("counting view: 1..32 lanes");
-    std::array<std::uint64_t, kWarpSize> sectors{};
+    if (lanes <= 0 || lanes > kMaxRequest) throw std::out_of_range("counting view: 1..128 indices");
+    std::array<std::uint64_t, kMaxRequest> sectors{};
     for (int l = 0; l < lanes; ++l) {
       check(index[l], 1);
       sectors[l] = sector_of(index[l]);

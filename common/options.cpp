@@ -7,6 +7,7 @@
 #include "check.hpp"
 #include "counters.hpp"
 #include "inputs.hpp"
+#include "report.hpp"
 
 namespace course {
 
@@ -70,6 +71,16 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->each([&o](const std::string&) { o.seed_given = true; });
 }
 
+int parse_options(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints the help, or the error and a hint
+    return code == 0 ? 0 : 2;
+  }
+  return -1;
+}
+
 void finish_common_options(CommonOptions& o, const std::vector<std::string>& known) {
   for (const auto& name : o.variants) {
     if (std::find(known.begin(), known.end(), name) == known.end()) {
@@ -78,6 +89,7 @@ void finish_common_options(CommonOptions& o, const std::vector<std::string>& kno
       throw UsageError("unknown variant '" + name + "'; this stage has: " + list);
     }
   }
+  if (!o.csv.empty()) check_csv_writable(o.csv);  // before the work, not after it
   if (o.no_counters) disable_counters("--no-counters was given");
   set_extra_metrics(o.metrics);
   if (!o.seed_given) o.seed = fresh_seed();

@@ -23,14 +23,18 @@ struct CommonOptions {
 
 void add_common_options(CLI::App& app, CommonOptions& options);
 
+// Parses the command line. Returns -1 to go on; otherwise the exit code: 0 after --help, 2 after
+// a malformed option (with CLI11's message).
+int parse_options(CLI::App& app, int argc, char** argv);
+
 // Validators with messages that say what is expected:
 //   whole_number(min): an integer in [min, 2^31 - 1];  number(min): a finite number > min
 //   (or >= min when min is 0).
 CLI::Validator whole_number(int min);
 CLI::Validator number(double min);
 
-// After parsing: validates the variant names against `known`, applies --no-counters, picks the
-// seed. Throws UsageError for an unknown variant.
+// After parsing: validates the variant names against `known`, checks that --csv can be written,
+// applies --no-counters and --metrics, picks the seed. Throws UsageError for bad values.
 void finish_common_options(CommonOptions& options, const std::vector<std::string>& known);
 
 bool selected(const CommonOptions& options, const std::string& variant);

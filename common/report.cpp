@@ -64,18 +64,30 @@ std::string csv_line(const Row& r) {
   return line;
 }
 
-void append_csv(const std::string& path, const std::vector<Row>& rows) {
-  std::string existing_header;
-  {
-    std::ifstream in(path);
-    if (in) std::getline(in, existing_header);
-  }
-  if (!existing_header.empty() && existing_header != csv_header()) {
+namespace {
+// The header line of an existing CSV, or "" for a new or empty file; checks it is ours.
+std::string existing_header(const std::string& path) {
+  std::string header;
+  std::ifstream in(path);
+  if (in) std::getline(in, header);
+  if (!header.empty() && header != csv_header()) {
     throw UsageError("'" + path + "' has another header; write to a new file");
   }
+  return header;
+}
+}  // namespace
+
+void check_csv_writable(const std::string& path) {
+  existing_header(path);
   std::ofstream out(path, std::ios::app);
   if (!out) throw UsageError("cannot write '" + path + "'");
-  if (existing_header.empty()) out << csv_header() << "\n";
+}
+
+void append_csv(const std::string& path, const std::vector<Row>& rows) {
+  const std::string header = existing_header(path);
+  std::ofstream out(path, std::ios::app);
+  if (!out) throw UsageError("cannot write '" + path + "'");
+  if (header.empty()) out << csv_header() << "\n";
   for (const auto& row : rows) out << csv_line(row) << "\n";
   if (!out) throw std::runtime_error("writing '" + path + "' failed");
 }

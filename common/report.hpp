@@ -32,6 +32,8 @@ std::string csv_line(const Row& row);
 // Appends rows, writing the header first if the file is new or empty. An existing file with
 // another header is an error (it belongs to another version of the schema).
 void append_csv(const std::string& path, const std::vector<Row>& rows);
+// Throws UsageError now, rather than after a long run, if append_csv would fail.
+void check_csv_writable(const std::string& path);
 
 // The stage's table; `notes` are printed under it (e.g. why a column is n/a).
 void print_table(std::ostream& out, const std::vector<Row>& rows,

@@ -37,7 +37,7 @@ done
 step "tests"
 ctest --test-dir build --output-on-failure >"$S/ctest.log" 2>&1
 note "ctest: $(grep -E 'tests passed|tests failed' "$S/ctest.log" | tail -n 1)"
-grep -E "measured / model|copy of" "$S/ctest.log" | sed 's/^/    /'
+grep -E "measured / counted|copy of" "$S/ctest.log" | sed 's/^/    /'
 
 step "compute-sanitizer"
 for tool in memcheck racecheck synccheck initcheck; do

@@ -49,17 +49,31 @@ def read_rows(paths):
 
 
 def merged(rows):
-    """One record per (stage, variant, shape): GPU measurements and CPU counts side by side."""
-    table = OrderedDict()
+    """One record per (stage, variant, shape, GPU), with the CPU-only values of the same problem
+    (the counted bytes) filled in; problems that only ran on the CPU keep a record of their own."""
+    gpu, cpu = OrderedDict(), OrderedDict()
     for r in rows:
-        key = (r["stage"], r["variant"], r["shape"])
-        rec = table.setdefault(key, dict(stage=r["stage"], variant=r["variant"], shape=r["shape"]))
+        problem = (r["stage"], r["variant"], r["shape"])
+        on_cpu = r["device"] == "cpu"
+        table, key = (cpu, problem) if on_cpu else (gpu, problem + (r["device"],))
+        rec = table.setdefault(key, dict(stage=r["stage"], variant=r["variant"], shape=r["shape"],
+                                         device=None if on_cpu else r["device"]))
         for k in NUMERIC:
             if r[k] is not None:
                 rec[k] = r[k]
-        if r["device"] != "cpu":
-            rec["device"] = r["device"]
-    return list(table.values())
+    records, covered = [], set()
+    for key, rec in gpu.items():
+        for k, v in cpu.get(key[:3], {}).items():
+            if k in NUMERIC and rec.get(k) is None:
+                rec[k] = v
+        covered.add(key[:3])
+        records.append(rec)
+    records += [rec for key, rec in cpu.items() if key not in covered]
+    devices = sorted({r["device"] for r in records if r["device"]})
+    if len(devices) > 1:
+        print("report.py: warning: rows from several GPUs (" + ", ".join(devices) +
+              "); the figures mix them. Report one CSV per GPU.", file=sys.stderr)
+    return records
 
 
 def add(a, b):

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(0.01, 1000.0))
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program("io_probe", [&]() -> int {
     course::finish_common_options(options, {"copy"});
