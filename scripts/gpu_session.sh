@@ -62,6 +62,12 @@ views=lts__t_sectors_srcunit_tex_op_read.sum,l1tex__t_sectors_pipe_lsu_mem_globa
 } >"$S/counter_views.txt" 2>"$S/counter_views.err"
 note "counter views: rc=$?"
 
+step "ragged shapes (the 4-byte path of register_blocked)"
+build/bin/02_tiled_matmul --shape 4095 4095 4095 --csv "$S/ragged.csv" >"$S/ragged.txt" 2>/dev/null
+build/bin/02_tiled_matmul --shape 4092 4092 4092 --csv "$S/ragged.csv" >>"$S/ragged.txt" 2>/dev/null
+note "ragged: rc=$?"
+grep -E "^(smem_tiled|register_blocked|cublas) " "$S/ragged.txt" | sed 's/^/    /'
+
 step "Nsight Compute cross-check"
 metrics=dram__bytes_read.sum,dram__bytes_write.sum,l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum
 ncu_run() {  # name kernel-regex program args...
