@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 
+#include "bench.hpp"
 #include "check.hpp"
 #include "compare.hpp"
 #include "counters.hpp"
@@ -109,30 +110,21 @@ int run(int argc, char** argv, const Program& program) {
                       "M, N and K can be at most 2^30 (" + s.text() + ")");
     }
 
-    const bool use_gpu = course::gpu().available && !options.no_gpu;
-    std::vector<course::Row> rows;
-    std::vector<std::string> notes;
-    std::string counters_note;
-    std::vector<std::string> extra_lines;  // --metrics
-    bool all_ok = true;
-    auto progress = [&](const Shape& s, const std::string& what) {
-      std::fprintf(stderr, "[%s] %s: %s\n", program.stage.c_str(), s.text().c_str(), what.c_str());
-    };
-
+    course::Bench bench(program.stage, options);
     for (const Shape& s : shapes) {
       const double a_bytes = 4.0 * s.M * s.K, b_bytes = 4.0 * s.K * s.N, c_bytes = 4.0 * s.M * s.N;
       const bool full = s.mnk() <= full_reference_limit;
       const double host_bytes = a_bytes + b_bytes + 2.0 * c_bytes + (full ? 2.0 * c_bytes : 0.0);
-      course::require_fits(host_bytes, use_gpu ? a_bytes + b_bytes + c_bytes : 0.0,
+      course::require_fits(host_bytes, bench.use_gpu() ? a_bytes + b_bytes + c_bytes : 0.0,
                            "the product " + s.text());
-      progress(s, "inputs and float64 reference");
+      bench.progress(s.text(), "inputs and float64 reference");
       const auto A = course::random_uniform(std::size_t(s.M) * s.K, options.seed);
       const auto B = course::random_uniform(std::size_t(s.K) * s.N, options.seed + 1);
       const Reference ref(A, B, s, full_reference_limit, samples, options.seed + 2);
 
 #if COURSE_HAS_CUDA
       std::unique_ptr<course::DeviceBuffer<float>> dA, dB, dC;
-      if (use_gpu) {
+      if (bench.use_gpu()) {
         course::reset_device_peak();
         dA = std::make_unique<course::DeviceBuffer<float>>(A);
         dB = std::make_unique<course::DeviceBuffer<float>>(B);
@@ -142,95 +134,40 @@ int run(int argc, char** argv, const Program& program) {
 
       for (const Variant& v : program.variants) {
         if (!course::selected(options, v.name)) continue;
-        course::Row row;
-        row.stage = program.stage;
-        row.variant = v.name;
-        row.device = "cpu";
-        row.dtype = "fp32";
-        row.shape = s.text();
+        course::Row row = bench.row(v.name, s.text());
         if (s.M == s.N && s.N == s.K) row.size = s.M;
         row.flops = 2.0 * s.mnk();
         if (v.model) row.io_model_bytes = v.model(s.M, s.N, s.K);
 
         if (v.counted && s.mnk() <= count_limit) {
-          progress(s, v.name + ": counting IO on the CPU");
+          bench.progress(s.text(), v.name + ": counting IO on the CPU");
           std::vector<float> C(std::size_t(s.M) * s.N, NAN);  // unwritten elements fail the check
-          row.io_counted_bytes = double(v.counted(A.data(), B.data(), C.data(), s.M, s.N, s.K).total());
-          const auto cmp = ref.check(C, s);
-          row.max_rel_err = cmp.max_rel_err;
-          if (!cmp.ok()) {
-            all_ok = false;
-            std::cerr << "CPU " << v.name << " " << s.text() << ": " << cmp.summary() << "\n"
-                      << cmp.first_mismatches;
-          }
+          const auto io = v.counted(A.data(), B.data(), C.data(), s.M, s.N, s.K);
+          bench.record_counted(row, io, ref.check(C, s));
         }
-
 #if COURSE_HAS_CUDA
-        if (use_gpu && v.gpu) {
-          const auto launch = [&] { v.gpu(dA->get(), dB->get(), dC->get(), s.M, s.N, s.K); };
-          progress(s, v.name + ": GPU check");
+        if (bench.use_gpu() && v.gpu) {
           dC->poison();
-          launch();
-          const auto cmp = ref.check(dC->download(), s);
-          row.device = course::gpu().name;
-          row.max_rel_err = cmp.max_rel_err;
-          if (!cmp.ok()) {
-            all_ok = false;
-            std::cerr << "GPU " << v.name << " " << s.text() << ": " << cmp.summary() << "\n"
-                      << cmp.first_mismatches;
-          }
-          progress(s, v.name + ": timing");
-          row.ms = course::time_gpu(launch, {options.warmup, options.reps}).median_ms;
-          progress(s, v.name + ": hardware counters");
-          const auto measured = course::measure_traffic(launch);
-          if (measured.traffic) {
-            row.dram_read_bytes = measured.traffic->dram_read_bytes;
-            row.dram_write_bytes = measured.traffic->dram_write_bytes;
-            row.l2_read_bytes = measured.traffic->l2_read_bytes;
-            row.l2_write_bytes = measured.traffic->l2_write_bytes;
-            for (const auto& [name, value] : measured.traffic->extra) {
-              char text[256];
-              std::snprintf(text, sizeof text, "%-17s %-22s %s = %.6g", v.name.c_str(),
-                            s.text().c_str(), name.c_str(), value);
-              extra_lines.push_back(text);
-            }
-          } else {
-            counters_note = measured.why_not;
-          }
-          row.peak_mem_bytes = double(course::device_bytes_peak());
+          bench.measure_gpu(
+              row, [&] { v.gpu(dA->get(), dB->get(), dC->get(), s.M, s.N, s.K); },
+              [&] { return ref.check(dC->download(), s); });
         }
 #endif
-        row.derive_rates();
-        rows.push_back(row);
+        bench.add(row);
       }
     }
 
-    std::cout << program.stage << " on " << course::device_label() << ", fp32, inputs uniform in "
-              << "[-1, 2), seed " << options.seed << " (repeat with --seed " << options.seed << ")\n";
-    notes.push_back("model: the chapter's formula for bytes between the SMs and L2; counted: the "
-                    "CPU run through the counting view (M*N*K <= " +
-                    std::to_string(static_cast<long long>(count_limit)) + ", else n/a)");
-    notes.push_back("L2 r+w, DRAM r+w: measured by the GPU's counters (CUPTI range profiler); "
-                    "max rel err vs float64 (all entries up to M*N*K = " +
-                    std::to_string(static_cast<long long>(full_reference_limit)) + ", then " +
-                    std::to_string(samples) + " samples + corners)");
-    if (!use_gpu) {
-      notes.push_back("GPU columns n/a: " +
-                      (options.no_gpu ? std::string("--no-gpu was given") : course::gpu().why_not));
-    } else if (!counters_note.empty()) {
-      notes.push_back("measured IO n/a: " + counters_note);
-    }
-    course::print_table(std::cout, rows, notes);
-    if (!extra_lines.empty()) {
-      std::cout << "extra counters (--metrics):\n";
-      for (const auto& line : extra_lines) std::cout << "  " << line << "\n";
-    }
-    if (!options.csv.empty()) course::append_csv(options.csv, rows);
-    if (!all_ok) {
-      std::cerr << program.stage << ": verification FAILED (see above)\n";
-      return 1;
-    }
-    return 0;
+    return bench.finish(
+        program.stage + " on " + course::device_label() + ", fp32, inputs uniform in [-1, 2), " +
+            "seed " + std::to_string(options.seed) + " (repeat with --seed " +
+            std::to_string(options.seed) + ")",
+        {"model: the chapter's formula for bytes between the SMs and L2; counted: the CPU run "
+         "through the counting view (M*N*K <= " +
+             std::to_string(static_cast<long long>(count_limit)) + ", else n/a)",
+         "L2 r+w, DRAM r+w: measured by the GPU's counters (CUPTI range profiler); max rel err "
+         "vs float64 (all entries up to M*N*K = " +
+             std::to_string(static_cast<long long>(full_reference_limit)) + ", then " +
+             std::to_string(samples) + " samples + corners)"});
   });
 }
 

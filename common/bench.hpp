@@ -1,0 +1,56 @@
+// The loop every stage program runs, shared: for each problem and variant, a row with the model,
+// the CPU count, and on the GPU a checked run, the median time and the hardware counters; then the
+// table, the notes that say why a column is n/a, and the CSV.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "io_count.hpp"
+#include "options.hpp"
+#include "report.hpp"
+
+namespace course {
+
+class Bench {
+ public:
+  Bench(std::string stage, const CommonOptions& options);
+
+  // Whether GPU variants run: a usable GPU and no --no-gpu.
+  bool use_gpu() const { return use_gpu_; }
+  // "[stage] problem: what" on stderr, so the user sees progress.
+  void progress(const std::string& problem, const std::string& what) const;
+
+  // A row with the stage, variant, dtype and problem filled in (device "cpu" until a GPU runs it).
+  Row row(const std::string& variant, const std::string& shape) const;
+
+  // The CPU run through the counting view: its count, and its result's check.
+  void record_counted(Row& row, const IoCount& io, const Comparison& check);
+
+  // The GPU run of a variant: `launch` enqueues it (on output the caller has poisoned), `check`
+  // compares its result with the reference; then timing (median of --reps, L2 flushed before each)
+  // and the counters. Fills the row's GPU columns.
+  void measure_gpu(Row& row, const std::function<void()>& launch,
+                   const std::function<Comparison()>& check);
+
+  void add(Row row);
+
+  // Prints `title`, the table, `notes` and the reasons for n/a columns, appends the CSV; returns
+  // the exit code: 1 if any check failed.
+  int finish(const std::string& title, std::vector<std::string> notes);
+
+ private:
+  void report_check(const Row& row, const char* where, const Comparison& check);
+
+  std::string stage_;
+  const CommonOptions& options_;
+  bool use_gpu_;
+  std::vector<Row> rows_;
+  std::string counters_note_;
+  std::vector<std::string> extra_lines_;  // --metrics
+  bool all_ok_ = true;
+};
+
+}  // namespace course
