@@ -1,24 +1,18 @@
 #include "matmul_bench.hpp"
 
 #include <cmath>
-#include <cstdlib>
-#include <cstdio>
-#include <iostream>
 #include <memory>
 #include <random>
 
 #include "bench.hpp"
 #include "check.hpp"
 #include "compare.hpp"
-#include "counters.hpp"
 #include "gpu.hpp"
 #include "inputs.hpp"
 #include "options.hpp"
 #include "reference.hpp"
-#include "report.hpp"
 #if COURSE_HAS_CUDA
 #include "device_buffer.hpp"
-#include "timer.hpp"
 #endif
 
 namespace matmul {
