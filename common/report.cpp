@@ -119,13 +119,13 @@ std::string value_cell(const std::optional<double>& value, const char* format) {
 
 void print_table(std::ostream& out, const std::vector<Row>& rows,
                  const std::vector<std::string>& notes) {
-  const std::vector<std::string> header = {"variant", "shape",   "ms",        "TFLOP/s",
-                                           "model",   "counted", "L2 r+w",    "DRAM r+w",
-                                           "max rel err"};
+  const std::vector<std::string> header = {"variant", "shape",   "ms",     "TFLOP/s",
+                                           "GB/s",    "model",   "counted", "L2 r+w",
+                                           "DRAM r+w", "max rel err"};
   std::vector<std::vector<std::string>> cells = {header};
   for (const auto& r : rows) {
     cells.push_back({r.variant, r.shape, value_cell(r.ms, "%.4g"), value_cell(r.tflops, "%.2f"),
-                     bytes_cell(r.io_model_bytes), bytes_cell(r.io_counted_bytes),
+                     value_cell(r.gbps, "%.0f"), bytes_cell(r.io_model_bytes), bytes_cell(r.io_counted_bytes),
                      bytes_cell(r.l2_read_bytes, r.l2_write_bytes),
                      bytes_cell(r.dram_read_bytes, r.dram_write_bytes),
                      value_cell(r.max_rel_err, "%.1e")});
