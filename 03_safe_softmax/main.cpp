@@ -6,11 +6,13 @@
 #include "softmax_bench.hpp"
 
 int main(int argc, char** argv) {
-  softmax::Program program{
-      "03_safe_softmax",
-      "03_safe_softmax: the row softmax in passes over memory, naive and safe, with their IO",
-      {softmax::copy_variant(),
-       {"naive", softmax::naive_model_bytes, softmax::naive_counted, COURSE_GPU(softmax::launch_naive)},
-       {"safe", softmax::safe_model_bytes, softmax::safe_counted, COURSE_GPU(softmax::launch_safe)}}};
-  return softmax::run(argc, argv, program);
+  using namespace softmax;
+  Program program;
+  program.stage = "03_safe_softmax";
+  program.description =
+      "03_safe_softmax: the row softmax in passes over memory, naive and safe, with their IO";
+  program.variants = {copy_variant(),
+                      {"naive", naive_model_bytes, naive_counted, COURSE_GPU(launch_naive)},
+                      {"safe", safe_model_bytes, safe_counted, COURSE_GPU(launch_safe)}};
+  return run(argc, argv, program);
 }

@@ -83,11 +83,13 @@ int run(int argc, char** argv, const Program& program) {
       ->capture_default_str();
   app.add_option("--lo", lo, "Logits are uniform in [lo, hi)")->capture_default_str();
   app.add_option("--hi", hi, "Logits are uniform in [lo, hi)")->capture_default_str();
+  if (program.add_options) program.add_options(app);
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program(program.stage, [&]() -> int {
     std::vector<std::string> known;
     for (const auto& v : program.variants) known.push_back(v.name);
+    known.insert(known.end(), program.after_variants.begin(), program.after_variants.end());
     course::finish_common_options(options, known);
     course::require(std::isfinite(lo) && std::isfinite(hi) && lo < hi, "--lo must be below --hi");
     std::vector<Shape> shapes;
@@ -154,6 +156,7 @@ int run(int argc, char** argv, const Program& program) {
         bench.add(row);
       }
     }
+    if (program.after) program.after(bench, options);
     return bench.finish(
         program.stage + " on " + course::device_label() + ", fp32, logits uniform in [" +
             std::to_string(lo) + ", " + std::to_string(hi) + "), seed " +

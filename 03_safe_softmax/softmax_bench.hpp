@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "bench.hpp"
 #include "io_count.hpp"
+#include "options.hpp"
 
 namespace softmax {
 
@@ -33,6 +35,11 @@ struct Program {
   std::string stage;
   std::string description;
   std::vector<Variant> variants;
+  // Optional: more options, and more rows after the softmax sweep (stage 04's attention), whose
+  // variants are named in after_variants.
+  std::function<void(CLI::App&)> add_options;
+  std::function<void(course::Bench&, const course::CommonOptions&)> after;
+  std::vector<std::string> after_variants;
 };
 
 int run(int argc, char** argv, const Program& program);

@@ -1,0 +1,206 @@
+// Stage 04: the online softmax, and the online state carried into attention.
+#include <string>
+
+#include "../03_safe_softmax/kernels.cuh"  // block_threads
+#include "../03_safe_softmax/reduce.cuh"
+#include "algorithm.hpp"
+#include "check.hpp"
+#include "kernels.cuh"
+#include "online.hpp"
+
+namespace softmax {
+
+// The block reduction of 03 works for any ⊕: it only needs the state moved between lanes.
+__device__ inline MaxSum shfl_xor(MaxSum v, int lane_mask) {
+  return {shfl_xor(v.m, lane_mask), shfl_xor(v.l, lane_mask)};
+}
+struct Combine {
+  __device__ MaxSum operator()(MaxSum a, MaxSum b) const { return combine(a, b); }
+};
+
+// --- Variant 1, online: two passes instead of three. ------------------------------------------
+// Pass 1 finds max and sum together: each thread runs the recurrence over its values, then the
+// block merges the threads' states with ⊕ (warp shuffles, then across warps) and writes the
+// segment's (m, l). Pass 2 merges the row's segment states and normalises.
+// What changed from 03's safe softmax: the max pass is gone. IO: 2 reads + 1 write of X.
+
+template <bool kVec>
+__global__ void online_max_sum(const float* __restrict__ X, float* __restrict__ m_part,
+                               float* __restrict__ l_part, int C) {
+  const int r = blockIdx.x;
+  MaxSum state = empty_piece();
+  for_each<kVec>(X + size_t(r) * C, my_segment(C), [&](float x) { state = online_update(state, x); });
+  state = block_reduce(state, Combine{});
+  if (threadIdx.x == 0) {
+    const size_t p = size_t(r) * partial_stride(C) + blockIdx.y;
+    m_part[p] = state.m;
+    l_part[p] = state.l;
+  }
+}
+
+template <bool kVec>
+__global__ void online_normalize(const float* __restrict__ X, float* __restrict__ Y,
+                                 const float* __restrict__ m_part, const float* __restrict__ l_part,
+                                 int C) {
+  const int r = blockIdx.x;
+  const size_t p = size_t(r) * partial_stride(C);
+  MaxSum row = empty_piece();
+  for (int i = threadIdx.x; i < segments(C); i += blockDim.x) {
+    row = combine(row, MaxSum{__ldcg(m_part + p + i), __ldcg(l_part + p + i)});
+  }
+  row = block_reduce(row, Combine{});
+  map<kVec>(X + size_t(r) * C, Y + size_t(r) * C, my_segment(C),
+            [&](float x) { return expf(x - row.m) / row.l; });
+}
+
+// --- Variant 2, on chip: a row short enough to stay in registers is read once. -----------------
+// One block per row holds the row in registers (up to 32 floats a thread), runs the recurrence,
+// merges, and writes the result from the registers. IO: 1 read + 1 write: the least possible.
+
+template <bool kVec>
+__global__ void __launch_bounds__(kMaxThreads) on_chip(const float* __restrict__ X,
+                                                       float* __restrict__ Y, int C) {
+  constexpr int kPerThread = kOnChipMaxCols / kMaxThreads;
+  const float* row = X + size_t(blockIdx.x) * C;
+  float* out = Y + size_t(blockIdx.x) * C;
+  float v[kPerThread];
+  MaxSum state = empty_piece();
+  // Element k of this thread: column col(k). kVec: float4 number k/4 of the thread's, else k.
+  auto col = [&](int k) {
+    return kVec ? 4 * (threadIdx.x + (k / 4) * blockDim.x) + k % 4 : threadIdx.x + k * blockDim.x;
+  };
+#pragma unroll
+  for (int k = 0; k < kPerThread; k += (kVec ? 4 : 1)) {
+    const int c = col(k);
+    if (c >= C) continue;
+    if (kVec) {
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(row + c));
+      v[k] = x.x, v[k + 1] = x.y, v[k + 2] = x.z, v[k + 3] = x.w;
+      for (int j = 0; j < 4; ++j) state = online_update(state, v[k + j]);
+    } else {
+      v[k] = __ldcg(row + c);
+      state = online_update(state, v[k]);
+    }
+  }
+  state = block_reduce(state, Combine{});
+#pragma unroll
+  for (int k = 0; k < kPerThread; k += (kVec ? 4 : 1)) {
+    const int c = col(k);
+    if (c >= C) continue;
+    if (kVec) {
+      *reinterpret_cast<float4*>(out + c) =
+          make_float4(expf(v[k] - state.m) / state.l, expf(v[k + 1] - state.m) / state.l,
+                      expf(v[k + 2] - state.m) / state.l, expf(v[k + 3] - state.m) / state.l);
+    } else {
+      out[c] = expf(v[k] - state.m) / state.l;
+    }
+  }
+}
+
+// --- The bridge to attention: one query per warp, K and V in one pass. --------------------------
+// A block of 8 warps takes 8 queries and streams K and V through shared memory in tiles of T keys.
+// For each key a warp computes the score s = q·k (each lane holds d/32 elements; a warp reduction
+// adds them) and updates its running state: m' = max(m, s), l' = l·e^(m−m') + e^(s−m'),
+// o' = o·e^(m−m') + e^(s−m')·v. At the end o / l is the output: softmax and the weighted sum of V
+// in one pass, and no score is ever written to memory.
+// IO: Q read once, O written once, K and V read once per block of 8 queries.
+
+template <int D>
+__global__ void attention_row(const float* __restrict__ Q, const float* __restrict__ K,
+                              const float* __restrict__ V, float* __restrict__ O, int Nq, int N,
+                              float scale) {
+  constexpr int kPerLane = D / 32, T = kTileFloats / D;
+  __shared__ __align__(16) float Ks[kTileFloats];
+  __shared__ __align__(16) float Vs[kTileFloats];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int i = blockIdx.x * kQueriesPerBlock + warp;  // this warp's query
+  const bool active = i < Nq;
+  float q[kPerLane], o[kPerLane];
+  MaxSum state = empty_piece();
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    q[j] = active ? __ldcg(Q + size_t(i) * D + lane + 32 * j) * scale : 0.0f;
+    o[j] = 0.0f;
+  }
+  for (int j0 = 0; j0 < N; j0 += T) {
+    const int floats = min(T, N - j0) * D;
+    __syncthreads();  // everyone is done with the previous tile
+    for (int f = 4 * threadIdx.x; f < floats; f += 4 * blockDim.x) {
+      *reinterpret_cast<float4*>(Ks + f) = __ldcg(reinterpret_cast<const float4*>(K + size_t(j0) * D + f));
+      *reinterpret_cast<float4*>(Vs + f) = __ldcg(reinterpret_cast<const float4*>(V + size_t(j0) * D + f));
+    }
+    __syncthreads();  // the tile is complete
+    if (!active) continue;
+    for (int t = 0; t < floats / D; ++t) {
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) s += q[j] * Ks[t * D + lane + 32 * j];
+      s = warp_reduce(s, Plus{});
+      const float m = nan_max(state.m, s);
+      const float a = rescale(state.m, m), p = rescale(s, m);
+      state = {m, state.l * a + p};
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) o[j] = o[j] * a + p * Vs[t * D + lane + 32 * j];
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) O[size_t(i) * D + lane + 32 * j] = o[j] / state.l;
+}
+
+// --- launchers ---------------------------------------------------------------------------------
+
+namespace {
+void require_matrix(int R, int C) {
+  course::require(R >= 1 && C >= 1, "softmax of an empty matrix (R = " + std::to_string(R) +
+                                        ", C = " + std::to_string(C) + ")");
+}
+}  // namespace
+
+void launch_online(const float* X, float* Y, float* workspace, int R, int C) {
+  require_matrix(R, C);
+  const dim3 grid(R, segments(C));
+  const int threads = block_threads(C);
+  float* m_part = workspace;
+  float* l_part = workspace + size_t(R) * partial_stride(C);
+  if (vectorized(C)) {
+    online_max_sum<true><<<grid, threads>>>(X, m_part, l_part, C);
+    CUDA_CHECK_LAUNCH();
+    online_normalize<true><<<grid, threads>>>(X, Y, m_part, l_part, C);
+  } else {
+    online_max_sum<false><<<grid, threads>>>(X, m_part, l_part, C);
+    CUDA_CHECK_LAUNCH();
+    online_normalize<false><<<grid, threads>>>(X, Y, m_part, l_part, C);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_on_chip(const float* X, float* Y, float*, int R, int C) {
+  require_matrix(R, C);
+  course::require(C <= kOnChipMaxCols, "on_chip handles rows of at most " +
+                                           std::to_string(kOnChipMaxCols) + " columns, not " +
+                                           std::to_string(C));
+  const int threads = block_threads(C);
+  if (vectorized(C)) {
+    on_chip<true><<<R, threads>>>(X, Y, C);
+  } else {
+    on_chip<false><<<R, threads>>>(X, Y, C);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_attention_row(const float* Q, const float* K, const float* V, float* O, int Nq, int N,
+                          int d) {
+  course::require(Nq >= 1 && N >= 1, "attention needs at least one query and one key");
+  course::require(attention_supported(d), "attention_row supports d = 32, 64 or 128, not " +
+                                              std::to_string(d));
+  const int blocks = (Nq + kQueriesPerBlock - 1) / kQueriesPerBlock;
+  const float scale = 1.0f / sqrtf(float(d));
+  const int threads = 32 * kQueriesPerBlock;
+  if (d == 32) attention_row<32><<<blocks, threads>>>(Q, K, V, O, Nq, N, scale);
+  if (d == 64) attention_row<64><<<blocks, threads>>>(Q, K, V, O, Nq, N, scale);
+  if (d == 128) attention_row<128><<<blocks, threads>>>(Q, K, V, O, Nq, N, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace softmax

@@ -1,0 +1,38 @@
+// The online softmax state of a piece of a row, and its merge.
+//
+// For the values x_1..x_n of a piece, (m, l) = (max x_i, Σ exp(x_i − m)). Two pieces merge as
+//   (m₁, l₁) ⊕ (m₂, l₂) = (m, l₁·exp(m₁ − m) + l₂·exp(m₂ − m)),   m = max(m₁, m₂),
+// which gives the state of the joined piece exactly (up to rounding): each sum is rescaled from its
+// own maximum to the common one. ⊕ is associative and commutative with identity (−∞, 0), so a row
+// can be split anywhere, the pieces reduced in any order, on any thread. Adding one value x is
+// merging the piece (x, 1).
+#pragma once
+
+#include <cmath>
+
+#include "algorithm.hpp"  // nan_max
+#include "hd.hpp"
+
+namespace softmax {
+
+struct MaxSum {
+  float m;  // the maximum of the piece
+  float l;  // Σ exp(x − m) over the piece
+};
+
+COURSE_HD inline MaxSum empty_piece() { return {-INFINITY, 0.0f}; }
+
+// exp(from − to), but exactly 1 when from == to, so that −∞ − (−∞) never makes a NaN: a piece of
+// −∞ only (a fully masked stretch) merges as the empty piece.
+COURSE_HD inline float rescale(float from, float to) { return from == to ? 1.0f : expf(from - to); }
+
+COURSE_HD inline MaxSum combine(MaxSum a, MaxSum b) {
+  const float m = nan_max(a.m, b.m);  // a NaN anywhere makes the row NaN
+  return {m, a.l * rescale(a.m, m) + b.l * rescale(b.m, m)};
+}
+
+// The recurrence of the online softmax: one value at a time, one exp per value (one of the two
+// rescale factors is 1).
+COURSE_HD inline MaxSum online_update(MaxSum s, float x) { return combine(s, MaxSum{x, 1.0f}); }
+
+}  // namespace softmax

@@ -1,0 +1,126 @@
+// Stage 04 on the GPU: the online and on-chip kernels and attention_row against float64, their
+// measured traffic against the CPU count, and bad input.
+#include <doctest/doctest.h>
+
+#include <limits>
+#include <string>
+
+#include "../03_safe_softmax/test_util.hpp"
+#include "algorithm.hpp"
+#include "attention_reference.hpp"
+#include "check.hpp"
+#include "counters.hpp"
+#include "device_buffer.hpp"
+#include "kernels.cuh"
+
+using namespace softmax;
+
+namespace {
+
+std::vector<float> run_on_gpu(const Launcher& launch, const std::vector<float>& X, int R, int C) {
+  course::DeviceBuffer<float> dX(X), dY(X.size()), dW(workspace_floats(R, C));
+  dY.poison();
+  dW.poison();
+  launch(dX.get(), dY.get(), dW.get(), R, C);
+  return dY.download();
+}
+
+// Measured SM<->L2 reads within 1% of the count; writes between the output and the count.
+void check_traffic(const std::function<void()>& launch, const course::IoCount& io, double output_bytes) {
+  const auto r = course::measure_traffic(launch);
+  if (!r.traffic) {
+    MESSAGE("counters unavailable: " << r.why_not);
+    CHECK_MESSAGE(r.why_not.find("administrators") != std::string::npos, r.why_not);
+    return;
+  }
+  CHECK(r.traffic->l2_read_bytes == doctest::Approx(double(io.read_bytes)).epsilon(0.01));
+  CHECK(r.traffic->l2_write_bytes <= 1.01 * double(io.write_bytes));
+  CHECK(r.traffic->l2_write_bytes >= output_bytes);
+}
+
+}  // namespace
+
+TEST_CASE("online and on-chip kernels match the float64 reference on every shape") {
+  for (const auto& s : testing::shapes()) {
+    CAPTURE(s.R);
+    CAPTURE(s.C);
+    const auto X = testing::logits(s);
+    testing::check_softmax(X, run_on_gpu(launch_online, X, s.R, s.C), s.R, s.C);
+    if (s.C <= kOnChipMaxCols) {
+      testing::check_softmax(X, run_on_gpu(launch_on_chip, X, s.R, s.C), s.R, s.C);
+    }
+  }
+  for (int C : {8192, 8191, 4097, 33}) {  // on_chip's longest rows, and ragged ones
+    const auto X = testing::logits({7, C});
+    testing::check_softmax(X, run_on_gpu(launch_on_chip, X, 7, C), 7, C);
+  }
+}
+
+TEST_CASE("online and on-chip kernels: masked starts, one-hot rows, NaN, large logits") {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> X(3 * 20000, 1.5f);
+  for (int c = 0; c < 20000; ++c) X[c] = c < 19000 ? -inf : float(c % 7);  // masked start
+  for (int c = 0; c < 20000; ++c) X[20000 + c] = c == 17777 ? 3.0f : -inf;   // one-hot
+  X[2 * 20000 + 19999] = NAN;                                                 // NaN
+  testing::check_softmax(X, run_on_gpu(launch_online, X, 3, 20000), 3, 20000);
+  const std::vector<float> short_rows(X.begin(), X.begin() + 3 * 5000);      // on chip
+  testing::check_softmax(short_rows, run_on_gpu(launch_on_chip, short_rows, 3, 5000), 3, 5000);
+  const auto big = testing::logits({4, 3000}, 80.0f, 120.0f);
+  testing::check_softmax(big, run_on_gpu(launch_online, big, 4, 3000), 4, 3000);
+}
+
+TEST_CASE("bad input: empty matrices, rows too long for on_chip, unsupported d") {
+  course::DeviceBuffer<float> d(8);
+  CHECK_THROWS_AS(launch_online(d.get(), d.get(), d.get(), 0, 4), course::UsageError);
+  CHECK_THROWS_AS(launch_on_chip(d.get(), d.get(), d.get(), 1, kOnChipMaxCols + 1), course::UsageError);
+  CHECK_THROWS_AS(launch_attention_row(d.get(), d.get(), d.get(), d.get(), 1, 1, 48), course::UsageError);
+  CHECK_THROWS_AS(launch_attention_row(d.get(), d.get(), d.get(), d.get(), 0, 1, 64), course::UsageError);
+}
+
+TEST_CASE("attention_row matches the float64 reference") {
+  for (int d : {32, 64, 128}) {
+    for (auto [Nq, N] : std::vector<std::pair<int, int>>{{1, 1}, {13, 77}, {1000, 1031}}) {
+      if (testing::under_sanitizer() && Nq > 100) continue;
+      CAPTURE(d);
+      CAPTURE(Nq);
+      CAPTURE(N);
+      const auto Q = course::random_uniform(std::size_t(Nq) * d, course::fresh_seed());
+      const auto K = course::random_uniform(std::size_t(N) * d, course::fresh_seed());
+      const auto V = course::random_uniform(std::size_t(N) * d, course::fresh_seed());
+      course::DeviceBuffer<float> dQ(Q), dK(K), dV(V), dO(Q.size());
+      dO.poison();
+      launch_attention_row(dQ.get(), dK.get(), dV.get(), dO.get(), Nq, N, d);
+      const auto O = dO.download();
+      const auto ref = attention_reference(Q.data(), K.data(), V.data(), Nq, N, d);
+      const auto cmp = course::compare(O.data(), ref.data(), ref.size(),
+                                       course::fp32_sum_tolerance(std::size_t(N) + d), d);
+      INFO(cmp.summary() << "\n" << cmp.first_mismatches);
+      CHECK(cmp.ok());
+    }
+  }
+}
+
+TEST_CASE("stage 04 kernels: measured SM<->L2 traffic is the counted traffic") {
+  if (testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
+  for (const testing::Shape s : {testing::Shape{256, 16384}, {8, 200003}, {1000, 1000}}) {
+    CAPTURE(s.R);
+    CAPTURE(s.C);
+    const auto X = testing::logits(s);
+    std::vector<float> Y(X.size());
+    course::DeviceBuffer<float> dX(X), dY(X.size()), dW(workspace_floats(s.R, s.C));
+    const double out = 4.0 * s.R * s.C;
+    check_traffic([&] { launch_online(dX.get(), dY.get(), dW.get(), s.R, s.C); },
+                  online_counted(X.data(), Y.data(), s.R, s.C), out);
+    if (s.C <= kOnChipMaxCols) {
+      check_traffic([&] { launch_on_chip(dX.get(), dY.get(), dW.get(), s.R, s.C); },
+                    on_chip_counted(X.data(), Y.data(), s.R, s.C), out);
+    }
+  }
+  const int Nq = 100, N = 3000, d = 64;
+  const auto Q = course::random_uniform(std::size_t(Nq) * d, course::fresh_seed());
+  const auto K = course::random_uniform(std::size_t(N) * d, course::fresh_seed());
+  std::vector<float> O(Q.size());
+  course::DeviceBuffer<float> dQ(Q), dK(K), dV(K), dO(Q.size());
+  check_traffic([&] { launch_attention_row(dQ.get(), dK.get(), dV.get(), dO.get(), Nq, N, d); },
+                attention_row_counted(Q.data(), K.data(), K.data(), O.data(), Nq, N, d), 4.0 * Nq * d);
+}
