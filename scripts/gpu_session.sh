@@ -41,7 +41,7 @@ grep -E "measured / counted|copy of" "$S/ctest.log" | sed 's/^/    /'
 
 step "compute-sanitizer"
 for tool in memcheck racecheck synccheck initcheck; do
-  for t in test_common_gpu test_01_naive_matmul_gpu test_02_tiled_matmul_gpu; do
+  for t in $(cd build/bin && ls test_*_gpu); do
     log="$S/sanitize_${tool}_${t}.log"
     COURSE_SANITIZER=1 timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "build/bin/$t" '-tce=*measured IO*,*too-large*' >"$log" 2>&1

@@ -21,12 +21,31 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 # Stages plotted together, and the peer each family is compared with (measured in the same run).
+# speed: the column plotted against size (tflops for compute-bound stages, gbps for memory-bound).
+# exclude: variants of these stages that belong to another family.
 FAMILIES = OrderedDict(
     matmul=dict(
         stages=["01_naive_matmul", "02_tiled_matmul"],
         peer=("02_tiled_matmul", "cublas"),
         xlabel="matrix side n (M = N = K = n)",
         title="fp32 matmul",
+        speed="tflops",
+    ),
+    softmax=dict(
+        stages=["03_safe_softmax", "04_online_softmax"],
+        peer=("04_online_softmax", "copy"),
+        xlabel="row length C (the matrix is the same size at every C)",
+        title="fp32 row softmax",
+        speed="gbps",
+        exclude=["attention_row"],
+    ),
+    attention_row=dict(
+        stages=["04_online_softmax"],
+        only=["attention_row"],
+        peer=None,
+        xlabel="keys N",
+        title="single-query attention (one pass over K, V)",
+        speed="tflops",
     ),
 )
 
@@ -92,16 +111,19 @@ def device_name(records):
     return ", ".join(names) if names else "no GPU (CPU parts only)"
 
 
-def variants_of(records, stages):
+def variants_of(records, spec):
     seen = OrderedDict()
     for r in records:
-        if r["stage"] in stages:
-            seen[(r["stage"], r["variant"])] = True
+        if r["stage"] not in spec["stages"] or r["variant"] in spec.get("exclude", []):
+            continue
+        if "only" in spec and r["variant"] not in spec["only"]:
+            continue
+        seen[(r["stage"], r["variant"])] = True
     return list(seen)
 
 
 def plot_io(records, family, spec, out):
-    variants = variants_of(records, spec["stages"])
+    variants = variants_of(records, spec)
     if not variants:
         return None
     for r in records:
@@ -139,20 +161,20 @@ def plot_io(records, family, spec, out):
 
 
 def plot_speed(records, family, spec, out):
-    variants = [v for v in variants_of(records, spec["stages"])
-                if series(records, v[0], v[1], "tflops")[0]]
+    metric = spec["speed"]
+    variants = [v for v in variants_of(records, spec) if series(records, v[0], v[1], metric)[0]]
     if not variants:
         return None
     fig, ax = plt.subplots(figsize=(8, 5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (stage, variant) in enumerate(variants):
-        x, y = series(records, stage, variant, "tflops")
+        x, y = series(records, stage, variant, metric)
         peer = (stage, variant) == spec["peer"]
         ax.plot(x, y, "--" if peer else "-o", color="black" if peer else colors[i % len(colors)],
                 label=f"{stage[:2]} {variant}" + (" (peer)" if peer else ""))
     ax.set_xscale("log", base=2)
     ax.set_xlabel(spec["xlabel"])
-    ax.set_ylabel("TFLOP/s")
+    ax.set_ylabel("TFLOP/s" if metric == "tflops" else "GB/s (model bytes / time)")
     ax.set_title(f"{spec['title']}: speed — {device_name(records)}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
@@ -203,26 +225,28 @@ def fmt(v, spec):
 def summary(records):
     """Per family and variant, the largest size that was timed (or counted, without a GPU)."""
     lines = [f"Device: {device_name(records)}", "",
-             "| stage | variant | shape | ms | TFLOP/s | × peer | model | measured SM↔L2 "
-             "| SM↔L2 / model | DRAM r+w | max rel err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| stage | variant | shape | ms | TFLOP/s | GB/s | × peer | model | measured SM↔L2 "
+             "| SM↔L2 / model | DRAM r+w | DRAM / model | max rel err |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for family, spec in FAMILIES.items():
+        metric = spec["speed"]
         peers = {r["shape"]: r for r in records
-                 if (r["stage"], r["variant"]) == spec["peer"] and r.get("tflops")}
-        for stage, variant in variants_of(records, spec["stages"]):
+                 if spec["peer"] and (r["stage"], r["variant"]) == spec["peer"] and r.get(metric)}
+        for stage, variant in variants_of(records, spec):
             mine = [r for r in records if r["stage"] == stage and r["variant"] == variant]
             timed = [r for r in mine if r.get("ms") is not None]
             pool = timed or mine
             best = max(pool, key=lambda r: (r.get("size") or 0, r.get("flops") or 0))
             peer = peers.get(best["shape"])
-            ratio = (best["tflops"] / peer["tflops"]) if peer and best.get("tflops") else None
+            ratio = (best[metric] / peer[metric]) if peer and best.get(metric) else None
             l2 = add(best.get("l2_read_bytes"), best.get("l2_write_bytes"))
+            dram = add(best.get("dram_read_bytes"), best.get("dram_write_bytes"))
             model = best.get("io_model_bytes")
             lines.append("| " + " | ".join([
                 stage, variant, best["shape"], fmt(best.get("ms"), ".3f"),
-                fmt(best.get("tflops"), ".2f"), fmt(ratio, ".2f"), fmt_bytes(model),
-                fmt_bytes(l2), fmt(l2 / model if l2 and model else None, ".3f"),
-                fmt_bytes(add(best.get("dram_read_bytes"), best.get("dram_write_bytes"))),
+                fmt(best.get("tflops"), ".2f"), fmt(best.get("gbps"), ".0f"), fmt(ratio, ".2f"),
+                fmt_bytes(model), fmt_bytes(l2), fmt(l2 / model if l2 and model else None, ".3f"),
+                fmt_bytes(dram), fmt(dram / model if dram and model else None, ".3f"),
                 fmt(best.get("max_rel_err"), ".1e")]) + " |")
     probe = [r for r in records if r["stage"] == "io_probe"]
     if probe:
