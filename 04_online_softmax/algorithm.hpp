@@ -13,9 +13,10 @@ namespace softmax {
 course::IoCount online_counted(const float* X, float* Y, int R, int C);
 inline double online_model_bytes(int R, int C) { return passes_model_bytes(R, C, 2, 2, 2); }
 
-// on_chip: one block per row keeps the whole row in registers: 1 read + 1 write, for rows of at
-// most kOnChipMaxCols columns.
+// on_chip: the whole row in registers, 1 read + 1 write, for rows of at most kOnChipMaxCols
+// columns: a warp per row up to kOnChipWarpMaxCols, a block per row beyond.
 constexpr int kOnChipMaxCols = 8192;
+constexpr int kOnChipWarpMaxCols = kOnChipMaxCols / 8;
 course::IoCount on_chip_counted(const float* X, float* Y, int R, int C);
 inline double on_chip_model_bytes(int R, int C) { return 8.0 * R * C; }
 

@@ -10,18 +10,21 @@
 
 namespace softmax {
 
-// The block reduction of 03 works for any ⊕: it only needs the state moved between lanes.
-__device__ inline MaxSum shfl_xor(MaxSum v, int lane_mask) {
-  return {shfl_xor(v.m, lane_mask), shfl_xor(v.l, lane_mask)};
+// ⊕ over all the threads of a block (kWarp: of a warp). Folding ⊕ up a tree of shuffles would
+// cost an exp at every step; but ⊕ of n pieces is (max mᵢ, Σ lᵢ·exp(mᵢ − max)), so we take the
+// max with one reduction, rescale each thread's l once, and add with a second reduction: one exp a
+// thread, the same result.
+template <bool kWarp = false>
+__device__ MaxSum reduce_state(MaxSum s) {
+  const float m = kWarp ? warp_reduce(s.m, Max{}) : block_reduce(s.m, Max{});
+  const float l = s.l * rescale(s.m, m);
+  return {m, kWarp ? warp_reduce(l, Plus{}) : block_reduce(l, Plus{})};
 }
-struct Combine {
-  __device__ MaxSum operator()(MaxSum a, MaxSum b) const { return combine(a, b); }
-};
 
 // --- Variant 1, online: two passes instead of three. ------------------------------------------
 // Pass 1 finds max and sum together: each thread runs the recurrence over its values, then the
-// block merges the threads' states with ⊕ (warp shuffles, then across warps) and writes the
-// segment's (m, l). Pass 2 merges the row's segment states and normalises.
+// block merges the threads' states with ⊕ (reduce_state: warp shuffles, then across warps) and
+// writes the segment's (m, l). Pass 2 merges the row's segment states and normalises.
 // What changed from 03's safe softmax: the max pass is gone. IO: 2 reads + 1 write of X.
 
 template <bool kVec>
@@ -30,7 +33,7 @@ __global__ void online_max_sum(const float* __restrict__ X, float* __restrict__ 
   const int r = blockIdx.x;
   MaxSum state = empty_piece();
   for_each<kVec>(X + size_t(r) * C, my_segment(C), [&](float x) { state = online_update(state, x); });
-  state = block_reduce(state, Combine{});
+  state = reduce_state(state);
   if (threadIdx.x == 0) {
     const size_t p = size_t(r) * partial_stride(C) + blockIdx.y;
     m_part[p] = state.m;
@@ -48,27 +51,31 @@ __global__ void online_normalize(const float* __restrict__ X, float* __restrict_
   for (int i = threadIdx.x; i < segments(C); i += blockDim.x) {
     row = combine(row, MaxSum{__ldcg(m_part + p + i), __ldcg(l_part + p + i)});
   }
-  row = block_reduce(row, Combine{});
+  row = reduce_state(row);
   map<kVec>(X + size_t(r) * C, Y + size_t(r) * C, my_segment(C),
             [&](float x) { return expf(x - row.m) / row.l; });
 }
 
 // --- Variant 2, on chip: a row short enough to stay in registers is read once. -----------------
-// One block per row holds the row in registers (up to 32 floats a thread), runs the recurrence,
-// merges, and writes the result from the registers. IO: 1 read + 1 write: the least possible.
+// A group of kLanes threads holds a row in registers (up to 32 floats a thread), runs the
+// recurrence, merges, and writes the result from the registers. Rows of up to 1024 columns get a
+// warp each (8 rows a block, merged with shuffles alone); longer ones, up to 8192, a block each.
+// IO: 1 read + 1 write: the least possible.
 
-template <bool kVec>
+template <bool kVec, int kLanes>
 __global__ void __launch_bounds__(kMaxThreads) on_chip(const float* __restrict__ X,
-                                                       float* __restrict__ Y, int C) {
+                                                       float* __restrict__ Y, int R, int C) {
   constexpr int kPerThread = kOnChipMaxCols / kMaxThreads;
-  const float* row = X + size_t(blockIdx.x) * C;
-  float* out = Y + size_t(blockIdx.x) * C;
+  static_assert(kLanes == 32 || kLanes == kMaxThreads, "a warp or a block per row");
+  const int t = threadIdx.x % kLanes;
+  const int r = blockIdx.x * (kMaxThreads / kLanes) + threadIdx.x / kLanes;
+  if (kLanes == 32 && r >= R) return;  // a warp with no row (a block-wide group always has one)
+  const float* row = X + size_t(r) * C;
+  float* out = Y + size_t(r) * C;
   float v[kPerThread];
   MaxSum state = empty_piece();
-  // Element k of this thread: column col(k). kVec: float4 number k/4 of the thread's, else k.
-  auto col = [&](int k) {
-    return kVec ? 4 * (threadIdx.x + (k / 4) * blockDim.x) + k % 4 : threadIdx.x + k * blockDim.x;
-  };
+  // Value k of this thread is column col(k): with kVec, element k % 4 of float4 number k / 4.
+  auto col = [&](int k) { return kVec ? 4 * (t + (k / 4) * kLanes) + k % 4 : t + k * kLanes; };
 #pragma unroll
   for (int k = 0; k < kPerThread; k += (kVec ? 4 : 1)) {
     const int c = col(k);
@@ -82,7 +89,7 @@ __global__ void __launch_bounds__(kMaxThreads) on_chip(const float* __restrict__
       state = online_update(state, v[k]);
     }
   }
-  state = block_reduce(state, Combine{});
+  state = reduce_state<kLanes == 32>(state);
 #pragma unroll
   for (int k = 0; k < kPerThread; k += (kVec ? 4 : 1)) {
     const int c = col(k);
@@ -180,11 +187,18 @@ void launch_on_chip(const float* X, float* Y, float*, int R, int C) {
   course::require(C <= kOnChipMaxCols, "on_chip handles rows of at most " +
                                            std::to_string(kOnChipMaxCols) + " columns, not " +
                                            std::to_string(C));
-  const int threads = block_threads(C);
-  if (vectorized(C)) {
-    on_chip<true><<<R, threads>>>(X, Y, C);
+  constexpr int kRowsPerBlock = kMaxThreads / 32;
+  if (C <= kOnChipWarpMaxCols) {  // a warp per row
+    const int blocks = (R + kRowsPerBlock - 1) / kRowsPerBlock;
+    if (vectorized(C)) {
+      on_chip<true, 32><<<blocks, kMaxThreads>>>(X, Y, R, C);
+    } else {
+      on_chip<false, 32><<<blocks, kMaxThreads>>>(X, Y, R, C);
+    }
+  } else if (vectorized(C)) {  // a block per row
+    on_chip<true, kMaxThreads><<<R, kMaxThreads>>>(X, Y, R, C);
   } else {
-    on_chip<false><<<R, threads>>>(X, Y, C);
+    on_chip<false, kMaxThreads><<<R, kMaxThreads>>>(X, Y, R, C);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -31,8 +31,16 @@ COURSE_HD inline MaxSum combine(MaxSum a, MaxSum b) {
   return {m, a.l * rescale(a.m, m) + b.l * rescale(b.m, m)};
 }
 
-// The recurrence of the online softmax: one value at a time, one exp per value (one of the two
-// rescale factors is 1).
-COURSE_HD inline MaxSum online_update(MaxSum s, float x) { return combine(s, MaxSum{x, 1.0f}); }
+// The recurrence of the online softmax, one value at a time: s ⊕ (x, 1), written the cheap way.
+// A new maximum rescales the sum (rare after the first few values); then exp(x − m) is added. One
+// exp per value. A NaN x makes l NaN (x > m is false for NaN), and with it the row.
+COURSE_HD inline MaxSum online_update(MaxSum s, float x) {
+  if (x > s.m) {
+    s.l *= rescale(s.m, x);
+    s.m = x;
+  }
+  s.l += rescale(x, s.m);
+  return s;
+}
 
 }  // namespace softmax

@@ -82,11 +82,16 @@ TEST_CASE("merge: identity, -inf stretches, and NaN") {
   for (float x : {-inf, -inf, 1.0f, 2.0f}) s = online_update(s, x);
   CHECK(s.m == 2.0f);
   CHECK(s.l == doctest::Approx(1.0 + std::exp(-1.0)));
-  // A NaN makes the state NaN, whatever comes after.
+  // A NaN makes the sum NaN, whatever comes after, and a merge keeps it so.
   MaxSum n = empty_piece();
   for (float x : {1.0f, NAN, 5.0f}) n = online_update(n, x);
-  CHECK(std::isnan(n.m));
   CHECK(std::isnan(n.l));
+  CHECK(std::isnan(combine(MaxSum{9.0f, 1.0f}, n).l));
+  CHECK(std::isnan(combine(n, MaxSum{-9.0f, 1.0f}).l));
+  // The recurrence is ⊕ with (x, 1).
+  const MaxSum r = online_update(MaxSum{2.0f, 3.0f}, 4.0f), c = combine(MaxSum{2.0f, 3.0f}, MaxSum{4.0f, 1.0f});
+  CHECK(r.m == c.m);
+  CHECK(r.l == doctest::Approx(c.l));
 }
 
 TEST_CASE("online and on-chip (CPU, counting view) compute the softmax on every shape") {
