@@ -2,6 +2,8 @@
 // warp and a block with any associative operator, and loops over a block's segment of a row.
 #pragma once
 
+#include <type_traits>
+
 #include "algorithm.hpp"
 
 namespace softmax {
@@ -49,12 +51,17 @@ __device__ inline Segment my_segment(int C) {
 
 // f(x) for every x of the segment. A warp reads 128 consecutive floats at a time with 16-byte
 // loads (kVec: C % 4 == 0), 32 otherwise. __ldcg: through L2, not L1, as everywhere in the course.
+// An f that also takes a float4 gets the four values of a load at once.
 template <bool kVec, class F>
 __device__ void for_each(const float* __restrict__ row, Segment seg, F&& f) {
   if (kVec) {
     for (int c = seg.begin + 4 * threadIdx.x; c < seg.end; c += 4 * blockDim.x) {
       const float4 v = __ldcg(reinterpret_cast<const float4*>(row + c));
-      f(v.x), f(v.y), f(v.z), f(v.w);
+      if constexpr (std::is_invocable_v<F&, float4>) {
+        f(v);
+      } else {
+        f(v.x), f(v.y), f(v.z), f(v.w);
+      }
     }
   } else {
     for (int c = seg.begin + threadIdx.x; c < seg.end; c += blockDim.x) f(__ldcg(row + c));

@@ -27,12 +27,19 @@ __device__ MaxSum reduce_state(MaxSum s) {
 // writes the segment's (m, l). Pass 2 merges the row's segment states and normalises.
 // What changed from 03's safe softmax: the max pass is gone. IO: 2 reads + 1 write of X.
 
+// Runs the recurrence over what for_each hands it: a value, or a 16-byte load's four.
+struct Accumulate {
+  MaxSum& state;
+  __device__ void operator()(float x) { state = online_update(state, x); }
+  __device__ void operator()(float4 v) { state = online_update4(state, v.x, v.y, v.z, v.w); }
+};
+
 template <bool kVec>
 __global__ void online_max_sum(const float* __restrict__ X, float* __restrict__ m_part,
                                float* __restrict__ l_part, int C) {
   const int r = blockIdx.x;
   MaxSum state = empty_piece();
-  for_each<kVec>(X + size_t(r) * C, my_segment(C), [&](float x) { state = online_update(state, x); });
+  for_each<kVec>(X + size_t(r) * C, my_segment(C), Accumulate{state});
   state = reduce_state(state);
   if (threadIdx.x == 0) {
     const size_t p = size_t(r) * partial_stride(C) + blockIdx.y;
@@ -52,8 +59,9 @@ __global__ void online_normalize(const float* __restrict__ X, float* __restrict_
     row = combine(row, MaxSum{__ldcg(m_part + p + i), __ldcg(l_part + p + i)});
   }
   row = reduce_state(row);
+  const float inv_l = 1.0f / row.l;
   map<kVec>(X + size_t(r) * C, Y + size_t(r) * C, my_segment(C),
-            [&](float x) { return expf(x - row.m) / row.l; });
+            [&](float x) { return expf(x - row.m) * inv_l; });
 }
 
 // --- Variant 2, on chip: a row short enough to stay in registers is read once. -----------------
@@ -83,23 +91,24 @@ __global__ void __launch_bounds__(kMaxThreads) on_chip(const float* __restrict__
     if (kVec) {
       const float4 x = __ldcg(reinterpret_cast<const float4*>(row + c));
       v[k] = x.x, v[k + 1] = x.y, v[k + 2] = x.z, v[k + 3] = x.w;
-      for (int j = 0; j < 4; ++j) state = online_update(state, v[k + j]);
+      state = online_update4(state, x.x, x.y, x.z, x.w);
     } else {
       v[k] = __ldcg(row + c);
       state = online_update(state, v[k]);
     }
   }
   state = reduce_state<kLanes == 32>(state);
+  const float inv_l = 1.0f / state.l;
 #pragma unroll
   for (int k = 0; k < kPerThread; k += (kVec ? 4 : 1)) {
     const int c = col(k);
     if (c >= C) continue;
     if (kVec) {
       *reinterpret_cast<float4*>(out + c) =
-          make_float4(expf(v[k] - state.m) / state.l, expf(v[k + 1] - state.m) / state.l,
-                      expf(v[k + 2] - state.m) / state.l, expf(v[k + 3] - state.m) / state.l);
+          make_float4(expf(v[k] - state.m) * inv_l, expf(v[k + 1] - state.m) * inv_l,
+                      expf(v[k + 2] - state.m) * inv_l, expf(v[k + 3] - state.m) * inv_l);
     } else {
-      out[c] = expf(v[k] - state.m) / state.l;
+      out[c] = expf(v[k] - state.m) * inv_l;
     }
   }
 }

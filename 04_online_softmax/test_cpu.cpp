@@ -88,6 +88,13 @@ TEST_CASE("merge: identity, -inf stretches, and NaN") {
   CHECK(std::isnan(n.l));
   CHECK(std::isnan(combine(MaxSum{9.0f, 1.0f}, n).l));
   CHECK(std::isnan(combine(n, MaxSum{-9.0f, 1.0f}).l));
+  // Four at a time is four one at a time.
+  const MaxSum four = online_update4(MaxSum{1.0f, 2.0f}, 0.5f, 3.0f, -1.0f, 2.5f);
+  MaxSum one = MaxSum{1.0f, 2.0f};
+  for (float x : {0.5f, 3.0f, -1.0f, 2.5f}) one = online_update(one, x);
+  CHECK(four.m == one.m);
+  CHECK(four.l == doctest::Approx(one.l));
+  CHECK(std::isnan(online_update4(empty_piece(), 1.0f, NAN, 2.0f, 3.0f).l));
   // The recurrence is ⊕ with (x, 1).
   const MaxSum r = online_update(MaxSum{2.0f, 3.0f}, 4.0f), c = combine(MaxSum{2.0f, 3.0f}, MaxSum{4.0f, 1.0f});
   CHECK(r.m == c.m);
