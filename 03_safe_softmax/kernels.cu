@@ -83,6 +83,8 @@ namespace {
 dim3 grid_for(int R, int C) {
   course::require(R >= 1 && C >= 1, "softmax of an empty matrix (R = " + std::to_string(R) +
                                         ", C = " + std::to_string(C) + ")");
+  course::require(segments(C) <= 65535, "rows longer than 65535 segments (" +
+                                            std::to_string(65535LL * kSegment) + " columns)");
   return dim3(R, segments(C));
 }
 }  // namespace

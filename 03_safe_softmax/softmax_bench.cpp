@@ -31,12 +31,17 @@ course::IoCount copy_counted(const float* X, float* Y, int R, int C) {
   course::Hbm hbm;
   const auto x = hbm.wrap(X, std::size_t(R) * C);
   const auto y = hbm.wrap(Y, std::size_t(R) * C);
-  const std::size_t n = std::size_t(R) * C, width = 4 * course::kWarpSize;  // 16-byte accesses
+  // As common/copy.cu: 16-byte accesses (a warp: 128 floats) over n - n % 4, then the tail.
+  const std::size_t n = std::size_t(R) * C, body = n - n % 4, width = 4 * course::kWarpSize;
   std::vector<float> chunk(width);
-  for (std::size_t i = 0; i < n; i += width) {
-    const std::size_t k = std::min(width, n - i);
+  for (std::size_t i = 0; i < body; i += width) {
+    const std::size_t k = std::min(width, body - i);
     x.load(i, k, chunk.data());
     y.store(i, k, chunk.data());
+  }
+  if (n > body) {
+    x.load(body, n - body, chunk.data());
+    y.store(body, n - body, chunk.data());
   }
   return hbm.count();
 }

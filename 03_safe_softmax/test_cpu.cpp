@@ -86,13 +86,20 @@ TEST_CASE("why safe: logits near 100 overflow the naive softmax, not the safe on
   CHECK(course::compare(safe.data(), ref.data(), ref.size(), tolerance).ok());
 }
 
-TEST_CASE("safe algorithm: special rows give what the formula gives") {
-  std::vector<float> X(3 * 20000, 1.5f);  // row 0: all equal (two segments)
-  for (int c = 0; c < 20000; ++c) X[20000 + c] = c == 17777 ? 3.0f : -kInf;  // row 1: one-hot
-  X[2 * 20000 + 19999] = NAN;  // row 2: a NaN in the second segment: the row is NaN
-  std::vector<float> Y(X.size());
-  safe_counted(X.data(), Y.data(), 3, 20000);
-  testing::check_softmax(X, Y, 3, 20000);
-  CHECK(Y[20000 + 17777] == 1.0f);
-  CHECK(std::isnan(Y[2 * 20000]));
+TEST_CASE("special rows give what the formula gives: masked, one-hot, equal, NaN, +inf") {
+  for (int C : {5000, 20000}) {  // one segment, two segments
+    const auto X = testing::special_rows(C);
+    std::vector<float> Y(X.size());
+    safe_counted(X.data(), Y.data(), 5, C);
+    testing::check_softmax(X, Y, 5, C);
+    CHECK(Y[C + C / 3] == 1.0f);
+    CHECK(std::isnan(Y[3 * C]));
+    CHECK(std::isnan(Y[4 * C]));
+    // naive survives the first four rows (no large logits); its exp(+inf) = inf makes the fifth
+    // 0 and inf/inf = NaN, not the reference's all-NaN row.
+    const std::vector<float> four(X.begin(), X.begin() + 4 * std::size_t(C));
+    std::vector<float> Yn(four.size());
+    naive_counted(four.data(), Yn.data(), 4, C);
+    testing::check_softmax(four, Yn, 4, C);
+  }
 }

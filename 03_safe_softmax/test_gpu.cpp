@@ -41,12 +41,13 @@ TEST_CASE("softmax kernels match the float64 reference on every shape") {
   }
 }
 
-TEST_CASE("safe kernel: special rows, and the overflow the naive kernel cannot survive") {
-  const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> X(3 * 20000, 1.5f);
-  for (int c = 0; c < 20000; ++c) X[20000 + c] = c == 17777 ? 3.0f : -inf;
-  X[2 * 20000 + 19999] = NAN;
-  testing::check_softmax(X, run_on_gpu(launch_safe, X, 3, 20000), 3, 20000);
+TEST_CASE("special rows (masked, one-hot, equal, NaN, +inf), and the overflow naive cannot survive") {
+  for (int C : {1000, 5000, 20000}) {
+    const auto X = testing::special_rows(C);
+    testing::check_softmax(X, run_on_gpu(launch_safe, X, 5, C), 5, C);
+    const std::vector<float> four(X.begin(), X.begin() + 4 * std::size_t(C));  // naive: no +inf
+    testing::check_softmax(four, run_on_gpu(launch_naive, four, 4, C), 4, C);
+  }
   const std::vector<float> one = {-3.5f};
   CHECK(run_on_gpu(launch_safe, one, 1, 1)[0] == 1.0f);
 
@@ -65,7 +66,7 @@ TEST_CASE("softmax kernels refuse an empty matrix") {
 TEST_CASE("softmax kernels: measured SM<->L2 traffic is the counted traffic") {
   if (testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
   for (int v = 0; v < 2; ++v) {
-    for (const testing::Shape s : {testing::Shape{256, 16384}, {8, 200003}, {1000, 1000}}) {
+    for (const testing::Shape s : {testing::Shape{256, 16384}, {8, 200003}, {1000, 1000}, {300, 4100}}) {
       CAPTURE(kKernels[v].first);
       CAPTURE(s.R);
       CAPTURE(s.C);
@@ -80,7 +81,8 @@ TEST_CASE("softmax kernels: measured SM<->L2 traffic is the counted traffic") {
         CHECK_MESSAGE(r.why_not.find("administrators") != std::string::npos, r.why_not);
         return;
       }
-      CHECK(r.traffic->l2_read_bytes == doctest::Approx(double(io.read_bytes)).epsilon(0.01));
+      // To the sector, give or take a few: the partials alone are 0.05-0.8% of the reads here.
+      CHECK(r.traffic->l2_read_bytes == doctest::Approx(double(io.read_bytes)).epsilon(1e-4));
       CHECK(r.traffic->l2_write_bytes <= 1.01 * double(io.write_bytes));
       CHECK(r.traffic->l2_write_bytes >= 4.0 * double(s.R) * s.C);
     }

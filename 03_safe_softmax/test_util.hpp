@@ -28,8 +28,15 @@ inline std::vector<Shape> shapes() {
   return all;
 }
 
+// The seed of the last logits() call, printed with a failing check_softmax.
+inline std::uint64_t& last_seed() {
+  static std::uint64_t seed = 0;
+  return seed;
+}
+
 // Checks `Y` against the float64 reference of X, with the fp32 tolerance for rows of C terms.
 inline void check_softmax(const std::vector<float>& X, const std::vector<float>& Y, int R, int C) {
+  INFO("inputs from seed " << last_seed() << " (if random)");
   const auto ref = reference(X.data(), R, C);
   const auto cmp = course::compare(Y.data(), ref.data(), ref.size(),
                                    course::fp32_sum_tolerance(std::size_t(C)), C);
@@ -39,9 +46,23 @@ inline void check_softmax(const std::vector<float>& X, const std::vector<float>&
 
 // Random logits in [lo, hi), a fresh seed each time (printed on failure).
 inline std::vector<float> logits(const Shape& s, float lo = -4.0f, float hi = 8.0f) {
-  const std::uint64_t seed = course::fresh_seed();
-  INFO("seed " << seed);
-  return course::random_uniform(std::size_t(s.R) * s.C, seed, lo, hi);
+  last_seed() = course::fresh_seed();
+  return course::random_uniform(std::size_t(s.R) * s.C, last_seed(), lo, hi);
+}
+
+// Rows an attention mask and bad data produce, C = 5000 columns each: a −∞ prefix then values,
+// one-hot (all −∞ but one), all equal, a NaN at the end, a +∞ in the middle.
+inline std::vector<float> special_rows(int C = 5000) {
+  const float inf = INFINITY;
+  std::vector<float> X(std::size_t(5) * C);
+  for (int c = 0; c < C; ++c) {
+    X[c] = c < C - 100 ? -inf : float(c % 7);
+    X[C + c] = c == C / 3 ? 3.0f : -inf;
+    X[2 * C + c] = 1.5f;
+    X[3 * C + c] = c == C - 1 ? NAN : float(c % 5);
+    X[4 * C + c] = c == C / 2 ? inf : float(c % 3);
+  }
+  return X;
 }
 
 }  // namespace softmax::testing

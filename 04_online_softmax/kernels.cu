@@ -175,6 +175,8 @@ void require_matrix(int R, int C) {
 
 void launch_online(const float* X, float* Y, float* workspace, int R, int C) {
   require_matrix(R, C);
+  course::require(segments(C) <= 65535, "rows longer than 65535 segments (" +
+                                            std::to_string(65535LL * kSegment) + " columns)");
   const dim3 grid(R, segments(C));
   const int threads = block_threads(C);
   float* m_part = workspace;

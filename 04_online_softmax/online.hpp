@@ -22,9 +22,13 @@ struct MaxSum {
 
 COURSE_HD inline MaxSum empty_piece() { return {-INFINITY, 0.0f}; }
 
-// exp(from − to), but exactly 1 when from == to, so that −∞ − (−∞) never makes a NaN: a piece of
-// −∞ only (a fully masked stretch) merges as the empty piece.
-COURSE_HD inline float rescale(float from, float to) { return from == to ? 1.0f : expf(from - to); }
+// exp(from − to), but exactly 1 when from == to is finite or −∞, so that −∞ − (−∞) never makes a
+// NaN: a stretch of −∞ only (a masked stretch) becomes (−∞, n), which the first finite value wipes
+// out (n · exp(−∞) = 0); a row of −∞ only still ends as NaN, as the formula says. +∞ − (+∞) stays
+// NaN: a row holding +∞ is NaN, as in the float64 reference.
+COURSE_HD inline float rescale(float from, float to) {
+  return (from == to && from != INFINITY) ? 1.0f : expf(from - to);
+}
 
 COURSE_HD inline MaxSum combine(MaxSum a, MaxSum b) {
   const float m = nan_max(a.m, b.m);  // a NaN anywhere makes the row NaN

@@ -95,6 +95,9 @@ TEST_CASE("merge: identity, -inf stretches, and NaN") {
   CHECK(four.m == one.m);
   CHECK(four.l == doctest::Approx(one.l));
   CHECK(std::isnan(online_update4(empty_piece(), 1.0f, NAN, 2.0f, 3.0f).l));
+  // +inf: the row is NaN (inf - inf), as in the reference; -inf stretches are not.
+  CHECK(std::isnan(online_update(online_update(empty_piece(), 1.0f), inf).l));
+  CHECK(std::isnan(online_update4(empty_piece(), 1.0f, inf, 2.0f, 3.0f).l));
   // The recurrence is ⊕ with (x, 1).
   const MaxSum r = online_update(MaxSum{2.0f, 3.0f}, 4.0f), c = combine(MaxSum{2.0f, 3.0f}, MaxSum{4.0f, 1.0f});
   CHECK(r.m == c.m);
@@ -112,6 +115,17 @@ TEST_CASE("online and on-chip (CPU, counting view) compute the softmax on every 
     std::fill(Y.begin(), Y.end(), NAN);
     on_chip_counted(X.data(), Y.data(), s.R, s.C);
     testing::check_softmax(X, Y, s.R, s.C);
+  }
+}
+
+TEST_CASE("online and on-chip (CPU): special rows (masked, one-hot, equal, NaN, +inf)") {
+  for (int C : {1000, 20000}) {
+    const auto X = testing::special_rows(C);
+    std::vector<float> Y(X.size());
+    online_counted(X.data(), Y.data(), 5, C);
+    testing::check_softmax(X, Y, 5, C);
+    on_chip_counted(X.data(), Y.data(), 5, C);
+    testing::check_softmax(X, Y, 5, C);
   }
 }
 
@@ -134,9 +148,11 @@ TEST_CASE("attention_row (CPU, counting view) against float64, and its IO") {
       CAPTURE(d);
       CAPTURE(Nq);
       CAPTURE(N);
-      const auto Q = course::random_uniform(std::size_t(Nq) * d, course::fresh_seed());
-      const auto K = course::random_uniform(std::size_t(N) * d, course::fresh_seed());
-      const auto V = course::random_uniform(std::size_t(N) * d, course::fresh_seed());
+      const std::uint64_t seed = course::fresh_seed();
+      CAPTURE(seed);
+      const auto Q = course::random_uniform(std::size_t(Nq) * d, seed);
+      const auto K = course::random_uniform(std::size_t(N) * d, seed + 1);
+      const auto V = course::random_uniform(std::size_t(N) * d, seed + 2);
       std::vector<float> O(Q.size(), NAN);
       const auto io = attention_row_counted(Q.data(), K.data(), V.data(), O.data(), Nq, N, d);
       const auto ref = attention_reference(Q.data(), K.data(), V.data(), Nq, N, d);
