@@ -5,6 +5,7 @@
 #   on the same kernels to cross-check the in-process counters, and SASS/ncu details of the
 #   fastest kernel. Everything lands in $OUT/session.tgz; a short table is printed last.
 # Usage there: OUT=/some/dir scripts/gpu_session.sh   (Eigen/doctest/CLI11 carried in .deps/)
+#   COURSE_SESSION=checks: build, tests and sanitizers only (no benchmarks).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -49,6 +50,13 @@ for tool in memcheck racecheck synccheck initcheck; do
     note "sanitizer $tool $t: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1)"
   done
 done
+
+if [ "${COURSE_SESSION:-full}" = checks ]; then  # build, tests and sanitizers only
+  step "summary"
+  printf '%s\n' "${status[@]}"
+  pack
+  exit 0
+fi
 
 step "main job"
 ./course run --out "$S/results" >"$S/run.log" 2>&1
