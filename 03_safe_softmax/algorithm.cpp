@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 namespace softmax {
 
@@ -44,12 +45,16 @@ std::vector<float> read_partials(const Out& P, int r, int C) {
   return values;
 }
 
+PassMemory::PassMemory(const float* X, float* Y, int R, int C)
+    : partials(workspace_floats(R, C)),
+      x(hbm.wrap(X, std::size_t(R) * C)),
+      y(hbm.wrap(Y, std::size_t(R) * C)),
+      m_part(hbm.wrap(partials.data(), partials.size() / 2)),
+      l_part(hbm.wrap(partials.data() + partials.size() / 2, partials.size() / 2)) {}
+
 course::IoCount naive_counted(const float* X, float* Y, int R, int C) {
-  std::vector<float> partials(workspace_floats(R, C) / 2);
-  course::Hbm hbm;
-  const auto x = hbm.wrap(X, std::size_t(R) * C);
-  const auto y = hbm.wrap(Y, std::size_t(R) * C);
-  const auto l_part = hbm.wrap(partials.data(), partials.size());
+  PassMemory mem(X, Y, R, C);
+  const auto& [x, y, l_part] = std::tie(mem.x, mem.y, mem.l_part);
   const int S = segments(C);
   for (int r = 0; r < R; ++r)  // pass 1: sum of exp(x), per segment
     for (int s = 0; s < S; ++s) {
@@ -63,17 +68,12 @@ course::IoCount naive_counted(const float* X, float* Y, int R, int C) {
       for (float p : read_partials(l_part, r, C)) l += p;
       map_segment(x, y, r, s, C, [&](float v) { return std::exp(v) / l; });
     }
-  return hbm.count();
+  return mem.hbm.count();
 }
 
 course::IoCount safe_counted(const float* X, float* Y, int R, int C) {
-  std::vector<float> partials(workspace_floats(R, C));
-  const std::size_t half = partials.size() / 2;
-  course::Hbm hbm;
-  const auto x = hbm.wrap(X, std::size_t(R) * C);
-  const auto y = hbm.wrap(Y, std::size_t(R) * C);
-  const auto m_part = hbm.wrap(partials.data(), half);
-  const auto l_part = hbm.wrap(partials.data() + half, half);
+  PassMemory mem(X, Y, R, C);
+  const auto& [x, y, m_part, l_part] = std::tie(mem.x, mem.y, mem.m_part, mem.l_part);
   const int S = segments(C);
   auto row_max = [&](int r) {
     float m = -std::numeric_limits<float>::infinity();
@@ -100,7 +100,7 @@ course::IoCount safe_counted(const float* X, float* Y, int R, int C) {
       for (float p : read_partials(l_part, r, C)) l += p;
       map_segment(x, y, r, s, C, [&](float v) { return std::exp(v - m) / l; });
     }
-  return hbm.count();
+  return mem.hbm.count();
 }
 
 double passes_model_bytes(int R, int C, int reads, int partial_arrays_written,

@@ -45,6 +45,18 @@ void write_partial(const Out& P, int r, int s, int C, float value);
 // Reads the S partials of row r, as a block does (32 floats a request).
 std::vector<float> read_partials(const Out& P, int r, int C);
 
+// X, Y and two arrays of partials (m and l, or one of them) in one counting view: the memory every
+// pass-based variant works on. Not copyable: the views point into `hbm`.
+struct PassMemory {
+  PassMemory(const float* X, float* Y, int R, int C);
+  PassMemory(const PassMemory&) = delete;
+  PassMemory& operator=(const PassMemory&) = delete;
+  std::vector<float> partials;
+  course::Hbm hbm;
+  In x;
+  Out y, m_part, l_part;
+};
+
 // --- the two variants of stage 03 --------------------------------------------------------------
 // The CPU twins compute what the kernels compute, value by value (exp in float, the same passes),
 // except that a segment's sum is accumulated in double: the kernels' block sums a segment as 256

@@ -11,6 +11,7 @@
 #include "device_buffer.hpp"
 #include "kernels.cuh"
 #include "test_util.hpp"
+#include "test_util_gpu.hpp"
 
 using namespace softmax;
 
@@ -19,13 +20,7 @@ namespace {
 const std::pair<const char*, Launcher> kKernels[] = {{"naive", launch_naive}, {"safe", launch_safe}};
 const Counted kCounted[] = {naive_counted, safe_counted};
 
-std::vector<float> run_on_gpu(const Launcher& launch, const std::vector<float>& X, int R, int C) {
-  course::DeviceBuffer<float> dX(X), dY(X.size()), dW(workspace_floats(R, C));
-  dY.poison();
-  dW.poison();  // the partials must be written before they are read
-  launch(dX.get(), dY.get(), dW.get(), R, C);
-  return dY.download();
-}
+using testing::run_on_gpu;
 
 }  // namespace
 

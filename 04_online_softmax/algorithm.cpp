@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "online.hpp"
@@ -32,13 +33,8 @@ MaxSum reduce_online(const float* x, std::size_t n) {
 }  // namespace
 
 course::IoCount online_counted(const float* X, float* Y, int R, int C) {
-  std::vector<float> partials(workspace_floats(R, C));
-  const std::size_t half = partials.size() / 2;
-  course::Hbm hbm;
-  const auto x = hbm.wrap(X, std::size_t(R) * C);
-  const auto y = hbm.wrap(Y, std::size_t(R) * C);
-  const auto m_part = hbm.wrap(partials.data(), half);
-  const auto l_part = hbm.wrap(partials.data() + half, half);
+  PassMemory mem(X, Y, R, C);
+  const auto& [x, y, m_part, l_part] = std::tie(mem.x, mem.y, mem.m_part, mem.l_part);
   const int S = segments(C);
   for (int r = 0; r < R; ++r)  // pass 1: (m, l) of each segment, by the recurrence
     for (int s = 0; s < S; ++s) {
@@ -55,7 +51,7 @@ course::IoCount online_counted(const float* X, float* Y, int R, int C) {
       for (int i = 0; i < S; ++i) row = combine(row, MaxSum{m[i], l[i]});
       map_segment(x, y, r, s, C, [&](float v) { return std::exp(v - row.m) / row.l; });
     }
-  return hbm.count();
+  return mem.hbm.count();
 }
 
 course::IoCount on_chip_counted(const float* X, float* Y, int R, int C) {

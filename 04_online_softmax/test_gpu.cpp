@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../03_safe_softmax/test_util.hpp"
+#include "../03_safe_softmax/test_util_gpu.hpp"
 #include "algorithm.hpp"
 #include "attention_reference.hpp"
 #include "check.hpp"
@@ -17,13 +18,7 @@ using namespace softmax;
 
 namespace {
 
-std::vector<float> run_on_gpu(const Launcher& launch, const std::vector<float>& X, int R, int C) {
-  course::DeviceBuffer<float> dX(X), dY(X.size()), dW(workspace_floats(R, C));
-  dY.poison();
-  dW.poison();
-  launch(dX.get(), dY.get(), dW.get(), R, C);
-  return dY.download();
-}
+using testing::run_on_gpu;
 
 // Measured SM<->L2 reads equal to the count (to 1e-4); writes between the output and the count.
 void check_traffic(const std::function<void()>& launch, const course::IoCount& io, double output_bytes) {
