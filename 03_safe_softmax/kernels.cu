@@ -1,9 +1,10 @@
 // Stage 03: the row softmax in passes over memory, each pass one kernel over the whole matrix.
 //
-// A block handles one segment (up to kSegment columns) of one row: grid (R, S). A pass that
+// A block handles one segment (up to kSegment columns) of one row: R·S blocks in memory order. A pass that
 // reduces writes one partial per (row, segment); the next pass combines the row's partials first.
 // Each pass reads X from global memory, so for a matrix larger than the L2 every pass is a trip to
 // DRAM: the IO the chapter counts.
+#include <climits>
 #include <string>
 
 #include "algorithm.hpp"
@@ -18,20 +19,21 @@ namespace softmax {
 
 template <bool kVec>
 __global__ void naive_sum_exp(const float* __restrict__ X, float* __restrict__ l_part, int C) {
-  const int r = blockIdx.x;
+  const Segment seg = my_segment(C);
   float sum = 0.0f;
-  for_each<kVec>(X + size_t(r) * C, my_segment(C), [&](float x) { sum += expf(x); });
+  for_each<kVec>(X + size_t(seg.row) * C, seg, [&](float x) { sum += expf(x); });
   sum = block_reduce(sum, Plus{});
-  if (threadIdx.x == 0) l_part[size_t(r) * partial_stride(C) + blockIdx.y] = sum;
+  if (threadIdx.x == 0) l_part[size_t(seg.row) * partial_stride(C) + seg.index] = sum;
 }
 
 template <bool kVec>
 __global__ void naive_normalize(const float* __restrict__ X, float* __restrict__ Y,
                                 const float* __restrict__ l_part, int C) {
-  const int r = blockIdx.x;
-  const float l = combine_partials(l_part + size_t(r) * partial_stride(C), segments(C), 0.0f, Plus{});
+  const Segment seg = my_segment(C);
+  const size_t r = seg.row;
+  const float l = combine_partials(l_part + r * partial_stride(C), segments(C), 0.0f, Plus{});
   const float inv_l = 1.0f / l;  // one division a row, a multiplication a value
-  map<kVec>(X + size_t(r) * C, Y + size_t(r) * C, my_segment(C), [&](float x) { return expf(x) * inv_l; });
+  map<kVec>(X + r * C, Y + r * C, seg, [&](float x) { return expf(x) * inv_l; });
 }
 
 // --- Variant 2, safe: subtract the row's maximum first. Three passes: 3 reads, 1 write. ---------
@@ -40,34 +42,34 @@ __global__ void naive_normalize(const float* __restrict__ X, float* __restrict__
 
 template <bool kVec>
 __global__ void safe_max(const float* __restrict__ X, float* __restrict__ m_part, int C) {
-  const int r = blockIdx.x;
+  const Segment seg = my_segment(C);
   float m = -INFINITY;
-  for_each<kVec>(X + size_t(r) * C, my_segment(C), [&](float x) { m = nan_max(m, x); });
+  for_each<kVec>(X + size_t(seg.row) * C, seg, [&](float x) { m = nan_max(m, x); });
   m = block_reduce(m, Max{});
-  if (threadIdx.x == 0) m_part[size_t(r) * partial_stride(C) + blockIdx.y] = m;
+  if (threadIdx.x == 0) m_part[size_t(seg.row) * partial_stride(C) + seg.index] = m;
 }
 
 template <bool kVec>
 __global__ void safe_sum_exp(const float* __restrict__ X, const float* __restrict__ m_part,
                              float* __restrict__ l_part, int C) {
-  const int r = blockIdx.x;
-  const size_t p = size_t(r) * partial_stride(C);
+  const Segment seg = my_segment(C);
+  const size_t p = size_t(seg.row) * partial_stride(C);
   const float m = combine_partials(m_part + p, segments(C), -INFINITY, Max{});
   float sum = 0.0f;
-  for_each<kVec>(X + size_t(r) * C, my_segment(C), [&](float x) { sum += expf(x - m); });
+  for_each<kVec>(X + size_t(seg.row) * C, seg, [&](float x) { sum += expf(x - m); });
   sum = block_reduce(sum, Plus{});
-  if (threadIdx.x == 0) l_part[p + blockIdx.y] = sum;
+  if (threadIdx.x == 0) l_part[p + seg.index] = sum;
 }
 
 template <bool kVec>
 __global__ void safe_normalize(const float* __restrict__ X, float* __restrict__ Y,
                                const float* __restrict__ m_part, const float* __restrict__ l_part,
                                int C) {
-  const int r = blockIdx.x;
-  const size_t p = size_t(r) * partial_stride(C);
+  const Segment seg = my_segment(C);
+  const size_t r = seg.row, p = r * partial_stride(C);
   const float m = combine_partials(m_part + p, segments(C), -INFINITY, Max{});
   const float inv_l = 1.0f / combine_partials(l_part + p, segments(C), 0.0f, Plus{});
-  map<kVec>(X + size_t(r) * C, Y + size_t(r) * C, my_segment(C),
+  map<kVec>(X + r * C, Y + r * C, seg,
             [&](float x) { return expf(x - m) * inv_l; });
 }
 
@@ -79,18 +81,18 @@ int block_threads(int C) {
   return std::min(rounded, kMaxThreads);
 }
 
-namespace {
-dim3 grid_for(int R, int C) {
+int segment_blocks(int R, int C) {
   course::require(R >= 1 && C >= 1, "softmax of an empty matrix (R = " + std::to_string(R) +
                                         ", C = " + std::to_string(C) + ")");
-  course::require(segments(C) <= 65535, "rows longer than 65535 segments (" +
-                                            std::to_string(65535LL * kSegment) + " columns)");
-  return dim3(R, segments(C));
+  const long long blocks = 1LL * R * segments(C);
+  course::require(blocks <= INT_MAX, "matrix too large: " + std::to_string(blocks) +
+                                         " segments of " + std::to_string(kSegment) +
+                                         " columns, at most " + std::to_string(INT_MAX));
+  return int(blocks);
 }
-}  // namespace
 
 void launch_naive(const float* X, float* Y, float* workspace, int R, int C) {
-  const dim3 grid = grid_for(R, C);
+  const int grid = segment_blocks(R, C);
   const int threads = block_threads(C);
   if (vectorized(C)) {
     naive_sum_exp<true><<<grid, threads>>>(X, workspace, C);
@@ -105,7 +107,7 @@ void launch_naive(const float* X, float* Y, float* workspace, int R, int C) {
 }
 
 void launch_safe(const float* X, float* Y, float* workspace, int R, int C) {
-  const dim3 grid = grid_for(R, C);
+  const int grid = segment_blocks(R, C);
   const int threads = block_threads(C);
   float* m_part = workspace;
   float* l_part = workspace + size_t(R) * partial_stride(C);

@@ -11,5 +11,7 @@ void launch_safe(const float* X, float* Y, float* workspace, int R, int C);
 // Threads per block for rows of C columns: enough for one float4 (or float) per thread of a
 // segment, a multiple of 32, at most kMaxThreads.
 int block_threads(int C);
+// Blocks of a pass over an R × C matrix: one per (row, segment). Rejects empty or too large ones.
+int segment_blocks(int R, int C);
 
 }  // namespace softmax

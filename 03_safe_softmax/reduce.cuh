@@ -40,13 +40,17 @@ __device__ T block_reduce(T v, Op op) {
   return v;
 }
 
-// This block's segment of its row: blockIdx.x is the row, blockIdx.y the segment.
+// This block's segment of its row. Block b takes segment b % S of row b / S, so consecutive blocks
+// read consecutive memory: in the order the matrix lies in DRAM. (A grid of (row, segment) with
+// the row fastest ran 1-3% slower on rows of 2^20 columns, whose segments lie 4 MB apart.)
 struct Segment {
-  int begin, end;
+  int row, index, begin, end;
 };
 __device__ inline Segment my_segment(int C) {
-  const int begin = blockIdx.y * kSegment;
-  return {begin, min(C, begin + kSegment)};
+  const int S = segments(C);
+  const int r = blockIdx.x / S, s = blockIdx.x % S;
+  const int begin = s * kSegment;
+  return {r, s, begin, min(C, begin + kSegment)};
 }
 
 // f(x) for every x of the segment. A warp reads 128 consecutive floats at a time with 16-byte

@@ -37,12 +37,12 @@ struct Accumulate {
 template <bool kVec>
 __global__ void online_max_sum(const float* __restrict__ X, float* __restrict__ m_part,
                                float* __restrict__ l_part, int C) {
-  const int r = blockIdx.x;
+  const Segment seg = my_segment(C);
   MaxSum state = empty_piece();
-  for_each<kVec>(X + size_t(r) * C, my_segment(C), Accumulate{state});
+  for_each<kVec>(X + size_t(seg.row) * C, seg, Accumulate{state});
   state = reduce_state(state);
   if (threadIdx.x == 0) {
-    const size_t p = size_t(r) * partial_stride(C) + blockIdx.y;
+    const size_t p = size_t(seg.row) * partial_stride(C) + seg.index;
     m_part[p] = state.m;
     l_part[p] = state.l;
   }
@@ -52,16 +52,15 @@ template <bool kVec>
 __global__ void online_normalize(const float* __restrict__ X, float* __restrict__ Y,
                                  const float* __restrict__ m_part, const float* __restrict__ l_part,
                                  int C) {
-  const int r = blockIdx.x;
-  const size_t p = size_t(r) * partial_stride(C);
+  const Segment seg = my_segment(C);
+  const size_t r = seg.row, p = r * partial_stride(C);
   MaxSum row = empty_piece();
   for (int i = threadIdx.x; i < segments(C); i += blockDim.x) {
     row = combine(row, MaxSum{__ldcg(m_part + p + i), __ldcg(l_part + p + i)});
   }
   row = reduce_state(row);
   const float inv_l = 1.0f / row.l;
-  map<kVec>(X + size_t(r) * C, Y + size_t(r) * C, my_segment(C),
-            [&](float x) { return expf(x - row.m) * inv_l; });
+  map<kVec>(X + r * C, Y + r * C, seg, [&](float x) { return expf(x - row.m) * inv_l; });
 }
 
 // --- Variant 2, on chip: a row short enough to stay in registers is read once. -----------------
@@ -174,10 +173,7 @@ void require_matrix(int R, int C) {
 }  // namespace
 
 void launch_online(const float* X, float* Y, float* workspace, int R, int C) {
-  require_matrix(R, C);
-  course::require(segments(C) <= 65535, "rows longer than 65535 segments (" +
-                                            std::to_string(65535LL * kSegment) + " columns)");
-  const dim3 grid(R, segments(C));
+  const int grid = segment_blocks(R, C);
   const int threads = block_threads(C);
   float* m_part = workspace;
   float* l_part = workspace + size_t(R) * partial_stride(C);
