@@ -19,6 +19,8 @@ endfunction()
 # `cmake --build build --target <name>` builds the stage alone: its program and its tests.
 function(course_stage name)
   cmake_parse_arguments(S "" "MAIN" "LIBRARY;CUDA;CPU_TESTS;GPU_TESTS;DEPENDS" ${ARGN})
+  # First, so that Ninja's alias for the name is this target and not the program's file bin/<name>.
+  add_custom_target(${name})
   set(lib ${name}_lib)
   set(sources ${S_LIBRARY})
   if(COURSE_HAS_CUDA)
@@ -49,7 +51,7 @@ function(course_stage name)
       list(APPEND stage_targets test_${name}_gpu)
     endif()
   endif()
-  add_custom_target(${name} DEPENDS ${stage_targets})
+  add_dependencies(${name} ${stage_targets})
 endfunction()
 
 # course_gpu_test(<test name> LABELS <labels> SOURCES <sources> LINK <targets>)
