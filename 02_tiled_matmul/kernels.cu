@@ -5,6 +5,7 @@
 // traffic the algorithm asks for. The CPU versions, with the same tiles, are in algorithm.cpp.
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -105,7 +106,10 @@ __device__ void store4(float* __restrict__ P, int r, int c, int cols, float4 v) 
 // stores; that path needs 167 registers, so it runs one block per SM instead of two.
 // IO: 4·(M·K·⌈N/128⌉ + K·N·⌈M/128⌉) bytes read: 4x less than variant 1, 80x less than the
 // coalesced naive kernel. (Without 16-byte stores, C's sectors are written four times.)
-template <bool kVec>
+// kBatch (stage 05): blockIdx.z picks one of a batch of products stored one after another, seen as
+// one tall matrix each: product z uses rows z·M.. of A and C and rows z·K.. of B. (Moving the
+// pointers instead would keep three 64-bit pointers in registers, and the kernel would spill.)
+template <bool kVec, bool kBatch = false>
 __global__ void __launch_bounds__(kThreads, kVec ? 2 : 1)
     register_blocked(const float* __restrict__ A, const float* __restrict__ B,
                      float* __restrict__ C, int M, int N, int K) {
@@ -120,11 +124,13 @@ __global__ void __launch_bounds__(kThreads, kVec ? 2 : 1)
   const int tid = threadIdx.x;
   const int tx = tid % (BN / TN), ty = tid / (BN / TN);  // 16 × 16 threads
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int z = kBatch ? blockIdx.z : 0;
+  const int a_rows = (z + 1) * M, b_rows = (z + 1) * K;  // where this product's A (C) and B end
 
   float a_next[4], b_next[4];  // this thread's slices of the next tiles of A and B
   auto load_tiles = [&](int k0) {  // global -> registers
-    load_slice<kVec, BK>(a_next, A, m0, k0, M, K, tid);
-    load_slice<kVec, BN>(b_next, B, k0, n0, K, N, tid);
+    load_slice<kVec, BK>(a_next, A, z * M + m0, k0, a_rows, K, tid);
+    load_slice<kVec, BN>(b_next, B, z * K + k0, n0, b_rows, N, tid);
   };
   auto store_tiles = [&](int buf) {  // registers -> shared memory, A transposed
 #pragma unroll
@@ -174,8 +180,8 @@ __global__ void __launch_bounds__(kThreads, kVec ? 2 : 1)
 
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
-    const int row = m0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + (i - 4));
-    if (row >= M) continue;
+    const int row = z * M + m0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + (i - 4));
+    if (row >= a_rows) continue;
     store4<kVec>(C, row, n0 + tx * 4, N, make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
     store4<kVec>(C, row, n0 + BN / 2 + tx * 4, N,
                  make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]));
@@ -183,8 +189,10 @@ __global__ void __launch_bounds__(kThreads, kVec ? 2 : 1)
 }
 
 namespace {
-dim3 grid_for(int M, int N, int BM, int BN) {
-  const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
+dim3 grid_for(int M, int N, int BM, int BN, int batch = 1) {
+  course::require(M >= 1 && N >= 1 && batch >= 1 && batch <= 65535,
+                  "matmul needs M, N >= 1 and 1 to 65535 products in a batch");
+  const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM, batch);
   course::require(grid.y <= 65535u, "M too large for this kernel's grid (at most " +
                                         std::to_string(65535 * BM) + ")");
   return grid;
@@ -204,15 +212,25 @@ void launch_smem_tiled(const float* A, const float* B, float* C, int M, int N, i
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_register_blocked(const float* A, const float* B, float* C, int M, int N, int K) {
-  course::require(K <= INT_MAX - kBK, "K too large for the kernel's loop counter");
-  const dim3 grid = grid_for(M, N, kBM, kBN), block(kThreads);
-  if (register_blocked_vectorized(N, K)) {
-    register_blocked<true><<<grid, block>>>(A, B, C, M, N, K);
+void launch_register_blocked_batched(const float* A, const float* B, float* C, int M, int N, int K,
+                                     int batch) {
+  course::require(K >= 1 && K <= INT_MAX - kBK, "K out of range for the kernel's loop counter");
+  course::require(double(batch) * std::max(M, K) <= INT_MAX,
+                  "batch too large: batch·M and batch·K must be below 2^31");
+  const dim3 grid = grid_for(M, N, kBM, kBN, batch), block(kThreads);
+  const bool vec = register_blocked_vectorized(N, K);
+  if (batch == 1) {
+    vec ? register_blocked<true><<<grid, block>>>(A, B, C, M, N, K)
+        : register_blocked<false><<<grid, block>>>(A, B, C, M, N, K);
   } else {
-    register_blocked<false><<<grid, block>>>(A, B, C, M, N, K);
+    vec ? register_blocked<true, true><<<grid, block>>>(A, B, C, M, N, K)
+        : register_blocked<false, true><<<grid, block>>>(A, B, C, M, N, K);
   }
   CUDA_CHECK_LAUNCH();
+}
+
+void launch_register_blocked(const float* A, const float* B, float* C, int M, int N, int K) {
+  launch_register_blocked_batched(A, B, C, M, N, K, 1);
 }
 
 void launch_cublas(const float* A, const float* B, float* C, int M, int N, int K) {
