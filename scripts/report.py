@@ -47,6 +47,16 @@ FAMILIES = OrderedDict(
         title="single-query attention (one pass over K, V)",
         speed="tflops",
     ),
+    # Several shapes share a sequence length here (sweeps of B·H, d, causal, M), so the generic
+    # figures would mix them: plot_attention draws this family's figures; the summary lists it.
+    attention=dict(
+        stages=["05_flash_v1"],
+        peer=None,
+        xlabel="sequence length N",
+        title="attention",
+        speed="tflops",
+        generic_plots=False,
+    ),
 )
 
 NUMERIC = ["size", "flops", "ms", "tflops", "gbps", "io_model_bytes", "io_counted_bytes",
@@ -124,7 +134,7 @@ def variants_of(records, spec):
 
 def plot_io(records, family, spec, out):
     variants = variants_of(records, spec)
-    if not variants:
+    if not variants or not spec.get("generic_plots", True):
         return None
     for r in records:
         r["l2_total"] = add(r.get("l2_read_bytes"), r.get("l2_write_bytes"))
@@ -163,7 +173,7 @@ def plot_io(records, family, spec, out):
 def plot_speed(records, family, spec, out):
     metric = spec["speed"]
     variants = [v for v in variants_of(records, spec) if series(records, v[0], v[1], metric)[0]]
-    if not variants:
+    if not variants or not spec.get("generic_plots", True):
         return None
     fig, ax = plt.subplots(figsize=(8, 5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -207,6 +217,173 @@ def plot_io_probe(records, out):
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
+
+
+# --- attention (stage 05 on) ---------------------------------------------------------------------
+
+ATTENTION_STYLE = OrderedDict(
+    standard=dict(color="tab:red", marker="o", label="standard (S, P in memory)"),
+    flash_v1=dict(color="tab:blue", marker="s", label="FlashAttention-1"),
+    pytorch_math=dict(color="gray", marker="v", label="PyTorch SDPA math (peer)"),
+    pytorch_efficient=dict(color="black", marker="^", label="PyTorch SDPA mem-efficient (peer)"),
+)
+
+def shape_fields(text):
+    return dict(kv.split("=", 1) for kv in text.split() if "=" in kv)
+
+
+def attention_records(records, stage="05_flash_v1", **want):
+    out = []
+    for r in records:
+        if r["stage"] != stage:
+            continue
+        f = shape_fields(r["shape"])
+        if all(f.get(k) == str(v) for k, v in want.items()):
+            out.append(dict(r, fields=f))
+    return out
+
+
+def default_m(recs):
+    ms = [int(r["fields"]["M"]) for r in recs if r["variant"] == "flash_v1" and "M" in r["fields"]]
+    return max(ms) if ms else None
+
+
+def attention_series(recs, variant, key, m=None):
+    pts = sorted((r["size"], r.get(key)) for r in recs if r["variant"] == variant and r.get(key) is not None
+                 and (m is None or r["fields"].get("M") in (None, str(m))))
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def out_of_memory(recs, variant):
+    """Sizes where the variant has a GPU row but no time: it did not fit in device memory."""
+    return sorted(r["size"] for r in recs if r["variant"] == variant and r.get("device") and r.get("ms") is None)
+
+
+def plot_attention(records, out):
+    written = []
+    sweep = attention_records(records, B=8, H=32, d=64)
+    if sweep:
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+        for ax, causal in zip(axes, (0, 1)):
+            recs = [r for r in sweep if r["fields"].get("causal") == str(causal)]
+            m = default_m(recs)
+            for variant, st in ATTENTION_STYLE.items():
+                x, y = attention_series(recs, variant, "tflops", m)
+                if x:
+                    ax.plot(x, y, marker=st["marker"], color=st["color"], label=st["label"],
+                            ls="--" if variant.startswith("pytorch") else "-")
+                for n in out_of_memory(recs, variant):
+                    ax.plot([n], [0.5], marker="x", ms=10, color=st["color"])
+                    ax.annotate("out of\nmemory", (n, 0.5), textcoords="offset points", xytext=(0, 8),
+                                ha="center", fontsize=7, color=st["color"])
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("sequence length N (B = 8, H = 32, d = 64)")
+            ax.set_title("causal" if causal else "not causal")
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0].set_ylabel("TFLOP/s (4·B·H·N²·d, halved when causal)")
+        axes[0].legend(fontsize=8)
+        fig.suptitle(f"fp32 attention forward: speed — {device_name(sweep)}")
+        path = os.path.join(out, "attention_speed.png")
+        fig.tight_layout()
+        fig.savefig(path, dpi=130)
+        plt.close(fig)
+        written.append(path)
+
+        recs = [r for r in sweep if r["fields"].get("causal") == "0"]
+        m = default_m(recs)
+        fig, (ax, mem) = plt.subplots(1, 2, figsize=(12, 4.8))
+        for variant in ("standard", "flash_v1"):
+            st = ATTENTION_STYLE[variant]
+            x, y = attention_series(recs, variant, "io_model_bytes", m)
+            ax.plot(x, y, "-", color=st["color"], label=f"{variant}: model")
+            for r in recs:
+                r["l2_total"] = add(r.get("l2_read_bytes"), r.get("l2_write_bytes"))
+                r["dram_total"] = add(r.get("dram_read_bytes"), r.get("dram_write_bytes"))
+            x, y = attention_series(recs, variant, "l2_total", m)
+            ax.plot(x, y, "o", mfc="none", color=st["color"], label=f"{variant}: measured SM↔L2")
+            x, y = attention_series(recs, variant, "dram_total", m)
+            ax.plot(x, y, "x", color=st["color"], label=f"{variant}: measured DRAM")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length N (B = 8, H = 32, d = 64, not causal)")
+        ax.set_ylabel("bytes read + written")
+        ax.set_title("global memory traffic")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        for variant, st in ATTENTION_STYLE.items():
+            x, y = attention_series(recs, variant, "peak_mem_bytes", m)
+            if x:
+                mem.plot(x, y, marker=st["marker"], color=st["color"], label=st["label"],
+                         ls="--" if variant.startswith("pytorch") else "-")
+            for n in out_of_memory(recs, variant):
+                mem.axvline(n, color=st["color"], lw=0.8, ls=":")
+                mem.annotate(f"{variant}: out of memory", (n, mem.get_ylim()[0]), rotation=90, fontsize=7,
+                             color=st["color"], va="bottom")
+        mem.set_xscale("log", base=2)
+        mem.set_yscale("log")
+        mem.set_xlabel("sequence length N")
+        mem.set_ylabel("peak device memory, bytes")
+        mem.set_title("device memory: N² against N")
+        mem.grid(True, which="both", alpha=0.3)
+        mem.legend(fontsize=7)
+        fig.suptitle(f"fp32 attention forward: IO and memory — {device_name(recs)}")
+        path = os.path.join(out, "attention_io.png")
+        fig.tight_layout()
+        fig.savefig(path, dpi=130)
+        plt.close(fig)
+        written.append(path)
+
+    fig2 = attention_records(records, B=64, H=16, N=1024, d=64)
+    if fig2:
+        fig, (left, mid) = plt.subplots(1, 2, figsize=(12, 4.8))
+        m = default_m(fig2)
+        pick = {v: next((r for r in fig2 if r["variant"] == v and r["fields"].get("M") in (None, str(m))
+                         and r.get("ms") is not None), None) for v in ("standard", "flash_v1")}
+        labels = ["GFLOP", "SM↔L2 GB", "DRAM GB", "runtime ms"]
+        width = 0.35
+        for k, (variant, r) in enumerate(pick.items()):
+            if r is None:
+                continue
+            vals = [r["flops"] / 1e9, (add(r.get("l2_read_bytes"), r.get("l2_write_bytes")) or 0) / 1e9,
+                    (add(r.get("dram_read_bytes"), r.get("dram_write_bytes")) or 0) / 1e9, r["ms"]]
+            xs = [i + (k - 0.5) * width for i in range(len(labels))]
+            bars = left.bar(xs, vals, width, color=ATTENTION_STYLE[variant]["color"], label=variant)
+            for b, v in zip(bars, vals):
+                left.annotate(f"{v:.3g}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
+        left.set_xticks(range(len(labels)))
+        left.set_xticklabels(labels)
+        left.set_yscale("log")
+        left.set_title("B = 64, H = 16, N = 1024, d = 64 (forward)")
+        left.legend(fontsize=8)
+        left.text(0.02, 0.02, "paper, A100, forward + backward:\nstandard 40.3 GB, 41.7 ms;\n"
+                  "FlashAttention 4.4 GB, 7.3 ms", transform=left.transAxes, fontsize=7, va="bottom")
+        sweep_m = sorted((r for r in fig2 if r["variant"] == "flash_v1" and r.get("ms") is not None),
+                         key=lambda r: int(r["fields"]["Bc"]))
+        if sweep_m:
+            bc = [int(r["fields"]["Bc"]) for r in sweep_m]
+            mid.plot(bc, [r["io_model_bytes"] / 1e9 for r in sweep_m], "-", color="tab:blue", label="model")
+            mid.plot(bc, [(add(r.get("l2_read_bytes"), r.get("l2_write_bytes")) or float("nan")) / 1e9
+                          for r in sweep_m], "o", mfc="none", color="tab:blue", label="measured SM↔L2")
+            mid.plot(bc, [(add(r.get("dram_read_bytes"), r.get("dram_write_bytes")) or float("nan")) / 1e9
+                          for r in sweep_m], "x", color="tab:blue", label="measured DRAM")
+            mid.set_xscale("log", base=2)
+            mid.set_yscale("log")
+            mid.set_xlabel("block size Bc (Br = min(Bc, d); M = 4·Bc·d floats)")
+            mid.set_ylabel("global traffic, GB")
+            t = mid.twinx()
+            t.plot(bc, [r["ms"] for r in sweep_m], "-s", color="tab:green", label="runtime")
+            t.set_ylabel("runtime, ms", color="tab:green")
+            t.set_ylim(bottom=0)
+            mid.legend(fontsize=7, loc="upper center")
+            mid.set_title("FlashAttention-1: block size")
+            mid.grid(True, which="both", alpha=0.3)
+        fig.suptitle(f"The paper's Fig. 2, forward, fp32 — {device_name(fig2)}")
+        path = os.path.join(out, "flash_v1_fig2.png")
+        fig.tight_layout()
+        fig.savefig(path, dpi=130)
+        plt.close(fig)
+        written.append(path)
+    return written
 
 
 def fmt_bytes(b):
@@ -275,6 +452,7 @@ def main():
     for family, spec in FAMILIES.items():
         written += [plot_io(records, family, spec, args.out), plot_speed(records, family, spec, args.out)]
     written.append(plot_io_probe(records, args.out))
+    written += plot_attention(records, args.out)
     text = summary(records)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)

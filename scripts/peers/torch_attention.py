@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Peer: PyTorch's fp32 attention on the same GPU, timed the course's way, in the course's CSV.
+
+    python3 scripts/peers/torch_attention.py --csv results.csv --batch 8 --heads 32 --seq 1024,4096 --d 64 [--causal]
+
+For each N: Q, K, V of B × H × N × d fp32, uniform in [-1, 2); torch.nn.functional.
+scaled_dot_product_attention with one backend at a time: "math" (PyTorch's own composition of
+matmul, softmax and matmul, with the scores in memory: what a reader would write by hand) and
+"efficient" (the memory-efficient kernel, which like FlashAttention never writes the scores; it is
+the only fused SDPA backend that takes fp32). TF32 is off, so all of it is plain fp32 on CUDA
+cores. Timing: the median of --reps runs with CUDA events, each after reading a buffer three times
+the L2. The error is against float64 on the first head. A backend that runs out of memory gets a
+row with no time, as the course's programs write it. Rows: stage 05_flash_v1 (or --stage),
+variants pytorch_math and pytorch_efficient. Exits 0 with a message when PyTorch or a GPU is missing.
+"""
+import argparse
+import csv
+import os
+import statistics
+import sys
+
+COLUMNS = ["stage", "variant", "device", "dtype", "shape", "size", "flops", "ms", "tflops", "gbps",
+           "io_model_bytes", "io_counted_bytes", "dram_read_bytes", "dram_write_bytes",
+           "l2_read_bytes", "l2_write_bytes", "peak_mem_bytes", "max_rel_err"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--stage", default="05_flash_v1")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--seq", default="1024,4096")
+    p.add_argument("--d", type=int, default=64)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--reps", type=int, default=20)
+    args = p.parse_args()
+    try:
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        import torch.nn.functional as F
+    except ImportError:
+        print("torch_attention.py: PyTorch (with torch.nn.attention) is not installed; peer skipped")
+        return 0
+    if not torch.cuda.is_available():
+        print("torch_attention.py: no CUDA device; peer skipped")
+        return 0
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda")
+    name = torch.cuda.get_device_name(0)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.zeros(max(3 * l2, 64 << 20) // 4, dtype=torch.float32, device=dev)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    backends = [("pytorch_math", SDPBackend.MATH), ("pytorch_efficient", SDPBackend.EFFICIENT_ATTENTION)]
+    B, H, d = args.batch, args.heads, args.d
+    new_file = not os.path.exists(args.csv) or os.path.getsize(args.csv) == 0
+    rows = []
+    for N in [int(n) for n in args.seq.split(",")]:
+        shape = f"B={B} H={H} N={N} d={d} causal={1 if args.causal else 0}"
+        flops = 4.0 * B * H * N * N * d * (0.5 if args.causal else 1.0)
+        g = torch.Generator(device=dev).manual_seed(N)
+        q, k, v = (torch.rand(B, H, N, d, device=dev, generator=g) * 3.0 - 1.0 for _ in range(3))
+        ref = F.scaled_dot_product_attention(q[:1, :1].double(), k[:1, :1].double(), v[:1, :1].double(),
+                                             is_causal=args.causal)
+        for variant, backend in backends:
+            row = dict(stage=args.stage, variant=variant, device=name, dtype="fp32", shape=shape,
+                       size=N, flops=f"{flops:.12g}")
+            try:
+                with sdpa_kernel(backend):
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                    base = torch.cuda.memory_allocated()
+                    o = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+                    torch.cuda.synchronize()
+                    peak = torch.cuda.max_memory_allocated() - base + 4 * (q.numel() * 3)
+                    scale = torch.maximum(ref.abs(), ref.pow(2).mean().sqrt())
+                    err = ((o[:1, :1].double() - ref).abs() / scale).max().item()
+                    times = []
+                    for i in range(3 + args.reps):
+                        flush.sum()
+                        start.record()
+                        o = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+                        stop.record()
+                        torch.cuda.synchronize()
+                        if i >= 3:
+                            times.append(start.elapsed_time(stop))
+                    del o
+                ms = statistics.median(times)
+                row.update(ms=f"{ms:.6g}", tflops=f"{flops / (ms * 1e9):.6g}", peak_mem_bytes=f"{peak:.12g}",
+                           max_rel_err=f"{err:.3g}")
+                print(f"{variant} {shape}: {ms:.3f} ms, {flops / (ms * 1e9):.2f} TFLOP/s, "
+                      f"peak {peak / 1e9:.2f} GB, max rel err {err:.1e}")
+            except torch.cuda.OutOfMemoryError:
+                print(f"{variant} {shape}: out of memory")
+            except RuntimeError as e:  # e.g. no kernel for this backend and shape
+                print(f"{variant} {shape}: not run ({str(e).splitlines()[0]})")
+                continue
+            torch.cuda.empty_cache()
+            rows.append(row)
+        del q, k, v, ref
+        torch.cuda.empty_cache()
+    with open(args.csv, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new_file:
+            w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
