@@ -54,11 +54,13 @@ std::vector<float> run_standard(const Shape& s, const testing::Inputs& in) {
 }  // namespace
 
 TEST_CASE("flash_v1 matches float64 for every compiled block size, causal or not, ragged N") {
-  const bool small = softmax::testing::under_sanitizer();
+  // Under compute-sanitizer (slow): the ragged sizes only.
+  const std::vector<int> sizes = softmax::testing::under_sanitizer() ? std::vector<int>{7, 200}
+                                                                     : std::vector<int>{1, 7, 64, 1000};
   for (int d : {32, 64, 128})
     for (int Bc : flash_v1_compiled(d))
       for (bool causal : {false, true})
-        for (int N : {1, 7, 64, small ? 200 : 1000}) {
+        for (int N : sizes) {
           const Shape s{2, 2, N, d, causal};
           const auto in = testing::random_inputs(s);
           CAPTURE(s.text());
