@@ -133,7 +133,15 @@ TEST_CASE("stage 05 kernels: measured SM<->L2 traffic is the counted traffic") {
         return;
       }
       CHECK(r.traffic->l2_read_bytes == doctest::Approx(double(counts[v].read_bytes)).epsilon(1e-3));
-      CHECK(r.traffic->l2_write_bytes == doctest::Approx(double(counts[v].write_bytes)).epsilon(1e-2));
+      const double writes = r.traffic->l2_write_bytes, counted = double(counts[v].write_bytes);
+      if (v == 1 && N % 4 != 0) {
+        // Stage 02's 4-byte path stores each sector of S and O four times, one instruction each;
+        // the hardware merges some of those partial writes before they cross to L2.
+        CHECK(writes <= 1.01 * counted);
+        CHECK(writes >= 4.0 * (2.0 * s.heads() * N * double(N) + double(s.elements())));  // S, P, O
+      } else {
+        CHECK(writes == doctest::Approx(counted).epsilon(1e-2));
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 #   fastest kernel. Everything lands in $OUT/session.tgz; a short table is printed last.
 # Usage there: OUT=/some/dir scripts/gpu_session.sh   (Eigen/doctest/CLI11 carried in .deps/)
 #   COURSE_SESSION=checks: build, tests and sanitizers only (no benchmarks).
+#   COURSE_SESSION=bench: build, then the main job and Nsight Compute (no tests, no sanitizers).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -35,6 +36,7 @@ for k in 02_tiled_matmul/CMakeFiles/02_tiled_matmul_lib.dir/kernels.cu.o \
   cuobjdump -sass "build/$k" >> "$S/sass.txt" 2>&1
 done
 
+if [ "${COURSE_SESSION:-full}" != bench ]; then
 step "tests"
 ctest --test-dir build --output-on-failure >"$S/ctest.log" 2>&1
 note "ctest: $(grep -E 'tests passed|tests failed' "$S/ctest.log" | tail -n 1)"
@@ -50,6 +52,8 @@ for tool in memcheck racecheck synccheck initcheck; do
     note "sanitizer $tool $t: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1)"
   done
 done
+
+fi  # tests and sanitizers
 
 if [ "${COURSE_SESSION:-full}" = checks ]; then  # build, tests and sanitizers only
   step "summary"
@@ -88,11 +92,13 @@ ncu_run copy copy_kernel build/bin/io_probe --no-counters --l2-multiples 20 --re
 ncu_run coalesced naive_coalesced build/bin/01_naive_matmul --no-counters --sizes 1024 --variants coalesced --reps 1 --warmup 0
 ncu_run smem_tiled smem_tiled build/bin/02_tiled_matmul --no-counters --sizes 2048 --variants smem_tiled --reps 1 --warmup 0
 ncu_run register_blocked register_blocked build/bin/02_tiled_matmul --no-counters --sizes 2048 --variants register_blocked --reps 1 --warmup 0
+ncu_run flash_v1 flash_v1 build/bin/05_flash_v1 --no-counters --batch 8 --heads 32 --seq 1024 --d 64 --variants flash_v1 --reps 1 --warmup 0
 python3 scripts/compare_ncu.py --csv "$S/results/results.csv" --out "$S/ncu_vs_cupti.csv" \
   "$S/ncu_copy.csv:io_probe:copy:largest" \
   "$S/ncu_coalesced.csv:01_naive_matmul:coalesced:M=1024 N=1024 K=1024" \
   "$S/ncu_smem_tiled.csv:02_tiled_matmul:smem_tiled:M=2048 N=2048 K=2048" \
   "$S/ncu_register_blocked.csv:02_tiled_matmul:register_blocked:M=2048 N=2048 K=2048" \
+  "$S/ncu_flash_v1.csv:05_flash_v1:flash_v1:B=8 H=32 N=1024 d=64 causal=0 M=65536 Bc=256 Br=64" \
   > "$S/ncu_vs_cupti.txt" 2>&1
 cat "$S/ncu_vs_cupti.txt"
 
@@ -101,6 +107,12 @@ ncu --clock-control none --section SpeedOfLight --section Occupancy --section La
   --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
   -k regex:register_blocked --launch-count 1 build/bin/02_tiled_matmul --no-counters --sizes 4096 \
   --variants register_blocked --reps 1 --warmup 0 >"$S/ncu_register_blocked_details.txt" 2>&1
+
+step "Nsight Compute details of flash_v1 at N = 4096"
+ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+  --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  -k regex:flash_v1 --launch-count 1 build/bin/05_flash_v1 --no-counters --batch 8 --heads 32 \
+  --seq 4096 --d 64 --variants flash_v1 --reps 1 --warmup 0 >"$S/ncu_flash_v1_details.txt" 2>&1
 
 step "summary"
 printf '%s\n' "${status[@]}"
