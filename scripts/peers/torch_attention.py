@@ -14,14 +14,9 @@ row with no time, as the course's programs write it. Rows: stage 05_flash_v1 (or
 variants pytorch_math and pytorch_efficient. Exits 0 with a message when PyTorch or a GPU is missing.
 """
 import argparse
-import csv
-import os
-import statistics
 import sys
 
-COLUMNS = ["stage", "variant", "device", "dtype", "shape", "size", "flops", "ms", "tflops", "gbps",
-           "io_model_bytes", "io_counted_bytes", "dram_read_bytes", "dram_write_bytes",
-           "l2_read_bytes", "l2_write_bytes", "peak_mem_bytes", "max_rel_err"]
+from peer_common import Timer, append_csv
 
 
 def main():
@@ -49,12 +44,9 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
     name = torch.cuda.get_device_name(0)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.zeros(max(3 * l2, 64 << 20) // 4, dtype=torch.float32, device=dev)
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    timer = Timer(torch)
     backends = [("pytorch_math", SDPBackend.MATH), ("pytorch_efficient", SDPBackend.EFFICIENT_ATTENTION)]
     B, H, d = args.batch, args.heads, args.d
-    new_file = not os.path.exists(args.csv) or os.path.getsize(args.csv) == 0
     rows = []
     for N in [int(n) for n in args.seq.split(",")]:
         shape = f"B={B} H={H} N={N} d={d} causal={1 if args.causal else 0}"
@@ -76,17 +68,9 @@ def main():
                     peak = torch.cuda.max_memory_allocated() - base + 4 * (q.numel() * 3)
                     scale = torch.maximum(ref.abs(), ref.pow(2).mean().sqrt())
                     err = ((o[:1, :1].double() - ref).abs() / scale).max().item()
-                    times = []
-                    for i in range(3 + args.reps):
-                        flush.sum()
-                        start.record()
-                        o = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
-                        stop.record()
-                        torch.cuda.synchronize()
-                        if i >= 3:
-                            times.append(start.elapsed_time(stop))
                     del o
-                ms = statistics.median(times)
+                    ms = timer.median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal),
+                                         args.reps)
                 row.update(ms=f"{ms:.6g}", tflops=f"{flops / (ms * 1e9):.6g}", peak_mem_bytes=f"{peak:.12g}",
                            max_rel_err=f"{err:.3g}")
                 print(f"{variant} {shape}: {ms:.3f} ms, {flops / (ms * 1e9):.2f} TFLOP/s, "
@@ -100,12 +84,7 @@ def main():
             rows.append(row)
         del q, k, v, ref
         torch.cuda.empty_cache()
-    with open(args.csv, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        if new_file:
-            w.writeheader()
-        for r in rows:
-            w.writerow(r)
+    append_csv(args.csv, rows)
     return 0
 
 

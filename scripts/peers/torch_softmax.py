@@ -10,14 +10,9 @@ least any softmax can move: X read once, Y written once. Rows: stage 04_online_s
 pytorch_softmax. Exits 0 with a message when PyTorch or a GPU is missing.
 """
 import argparse
-import csv
-import os
-import statistics
 import sys
 
-COLUMNS = ["stage", "variant", "device", "dtype", "shape", "size", "flops", "ms", "tflops", "gbps",
-           "io_model_bytes", "io_counted_bytes", "dram_read_bytes", "dram_write_bytes",
-           "l2_read_bytes", "l2_write_bytes", "peak_mem_bytes", "max_rel_err"]
+from peer_common import Timer, append_csv
 
 
 def main():
@@ -37,10 +32,7 @@ def main():
         return 0
     dev = torch.device("cuda")
     name = torch.cuda.get_device_name(0)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.zeros(max(3 * l2, 64 << 20) // 4, dtype=torch.float32, device=dev)
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    new_file = not os.path.exists(args.csv) or os.path.getsize(args.csv) == 0
+    timer = Timer(torch)
     rows = []
     for C in [int(c) for c in args.cols.split(",")]:
         R = max(1, int(args.matrix_mib * 1048576 // (4 * C)))
@@ -49,28 +41,14 @@ def main():
         ref = torch.softmax(x.double(), dim=-1)
         scale = torch.maximum(ref.abs(), ref.pow(2).mean().sqrt())
         err = ((y.double() - ref).abs() / scale).max().item()
-        times = []
-        for i in range(3 + args.reps):
-            flush.sum()
-            start.record()
-            y = torch.softmax(x, dim=-1)
-            stop.record()
-            torch.cuda.synchronize()
-            if i >= 3:
-                times.append(start.elapsed_time(stop))
-        ms = statistics.median(times)
+        ms = timer.median_ms(lambda: torch.softmax(x, dim=-1), args.reps)
         model = 8.0 * R * C
         rows.append(dict(stage="04_online_softmax", variant="pytorch_softmax", device=name, dtype="fp32",
                          shape=f"R={R} C={C}", size=C, ms=f"{ms:.6g}", gbps=f"{model / (ms * 1e6):.6g}",
                          io_model_bytes=f"{model:.12g}", max_rel_err=f"{err:.3g}"))
         print(f"pytorch_softmax R={R} C={C}: {ms:.4f} ms, {model / (ms * 1e6):.0f} GB/s, max rel err {err:.1e}")
         del x, y, ref, scale
-    with open(args.csv, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        if new_file:
-            w.writeheader()
-        for r in rows:
-            w.writerow(r)
+    append_csv(args.csv, rows)
     return 0
 
 
