@@ -215,8 +215,8 @@ void launch_smem_tiled(const float* A, const float* B, float* C, int M, int N, i
 void launch_register_blocked_batched(const float* A, const float* B, float* C, int M, int N, int K,
                                      int batch) {
   course::require(K >= 1 && K <= INT_MAX - kBK, "K out of range for the kernel's loop counter");
-  course::require(double(batch) * std::max(M, K) <= INT_MAX,
-                  "batch too large: batch·M and batch·K must be below 2^31");
+  course::require(double(batch) * std::max(M, K) + std::max(kBM, kBK) <= INT_MAX,
+                  "batch too large: batch·M and batch·K must stay below 2^31");
   const dim3 grid = grid_for(M, N, kBM, kBN, batch), block(kThreads);
   const bool vec = register_blocked_vectorized(N, K);
   if (batch == 1) {

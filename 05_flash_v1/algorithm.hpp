@@ -38,6 +38,8 @@ inline bool visible(const Shape& s, int i, int j) { return !s.causal || j <= i; 
 // Transpose tiles are 32 × 32: a warp reads 32 consecutive floats of a row of K, and writes 32 of a
 // row of Kt. The mask is written by warps over 32-column stretches of a row, lanes j > i only.
 constexpr int kTransposeTile = 32;
+// (Each head's Kt, S and P is its own 256-byte aligned array here; on the GPU they follow one
+// another, so where N % 8 != 0 a few sectors per head straddle differently.)
 course::IoCount standard_counted(const Shape& s, const float* Q, const float* K, const float* V,
                                  float* O);
 double standard_model_bytes(const Shape& s);
@@ -51,8 +53,8 @@ struct Blocks {
   int Bc, Br;
 };
 Blocks flash_v1_blocks(long long M, int d);
-// The Bc the GPU kernel is compiled for, per d: multiples of 16 whose blocks fit in 227 KB of shared
-// memory (an H100's limit per block). The largest is the default.
+// The Bc the GPU kernel is compiled for, per d: a choice of multiples of 16 whose blocks fit in
+// 227 KiB of shared memory (an H100's limit per block), up to the largest that fits, the default.
 const std::vector<int>& flash_v1_compiled(int d);
 inline long long sram_floats(int Bc, int d) { return 4LL * Bc * d; }  // the M that gives Bc
 
@@ -69,7 +71,7 @@ inline long long sram_floats(int Bc, int d) { return 4LL * Bc * d; }  // the M t
 course::IoCount flash_v1_counted(const Shape& s, Blocks blocks, const float* Q, const float* K,
                                  const float* V, float* O, float* l, float* m);
 // The model: K and V read once; Q read once per (i, j) pair; O, l and m read at every pair with
-// j > 0 and written at every pair (docs/05_flash_v1.md). Exact when N % 8 == 0.
+// j > 0 and written at every pair (docs/05_flash_v1.md). Exact when N % 8 == 0 and Br % 8 == 0.
 double flash_v1_model_bytes(const Shape& s, Blocks blocks);
 // Device memory: Q, K, V, O, l and m.
 double flash_v1_device_bytes(const Shape& s);

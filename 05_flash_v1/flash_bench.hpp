@@ -33,6 +33,8 @@ struct Program {
   std::vector<Variant> variants;
   // The SRAM budgets M of the tiled variants when --sram is not given, for head dimension d.
   std::function<std::vector<long long>(int d)> default_sram;
+  // Throws UsageError for an M the tiled variants cannot run (on_gpu: on the GPU), before any work.
+  std::function<void(long long M, int d, bool on_gpu)> check_sram;
 };
 
 int run(int argc, char** argv, const Program& program);

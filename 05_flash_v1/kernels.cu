@@ -97,6 +97,9 @@ struct FlashV1 {
   static constexpr int kLdK = D + 4, kLdQ = D + 4, kLdP = Bc + 16;
   static constexpr int kFloats = Bc * kLdK + Bc * D + Br * kLdQ + Br * kLdP + 2 * Br;
   static_assert(Br % 16 == 0 && Bc % 16 == 0, "blocks are multiples of the 16 × 16 threads");
+  // Then a causal key block j starts on a query block (key0 = i·Br for the first i processed), so
+  // every row processed sees at least one key of the block. exp_shifted still guards the other case.
+  static_assert(Bc % Br == 0, "Bc is a multiple of Br");
   // Column of O for thread column tx, access g, element e: a warp's accesses are contiguous.
   static __device__ int o_col(int tx, int g, int e) { return W * tx + 16 * W * g + e; }
 };
@@ -322,20 +325,26 @@ std::size_t flash_v1_smem_bytes(int d, int Bc) {
   return c ? sizeof(float) * std::size_t(c->floats) : 0;
 }
 
+void require_flash_v1_compiled(int d, int Bc) {
+  std::string compiled;
+  for (int c : flash_v1_compiled(d)) compiled += " " + std::to_string(c);
+  course::require(find_config(d, Bc) != nullptr,
+                  "flash_v1 is compiled for d = " + std::to_string(d) + " with Bc in {" + compiled +
+                      " } (M = 4·Bc·d), not Bc = " + std::to_string(Bc));
+  const std::size_t bytes = flash_v1_smem_bytes(d, Bc);
+  course::require(bytes <= course::gpu().smem_per_block_optin,
+                  "flash_v1 with d = " + std::to_string(d) + ", Bc = " + std::to_string(Bc) +
+                      " needs " + std::to_string(bytes) + " bytes of shared memory; this GPU allows " +
+                      std::to_string(course::gpu().smem_per_block_optin));
+}
+
 void launch_flash_v1(const Shape& s, Blocks b, const float* Q, const float* K, const float* V,
                      float* O, float* l, float* m) {
   require_supported(s);
+  require_flash_v1_compiled(s.d, b.Bc);
+  course::require(b.Br == std::min(b.Bc, s.d), "flash_v1 needs Br = min(Bc, d)");
   const Config* c = find_config(s.d, b.Bc);
-  std::string compiled;
-  for (int Bc : flash_v1_compiled(s.d)) compiled += " " + std::to_string(Bc);
-  course::require(c != nullptr && b.Br == std::min(b.Bc, s.d),
-                  "flash_v1 is compiled for d = " + std::to_string(s.d) + " with Bc in {" +
-                      compiled + " } (Br = min(Bc, d)), not Bc = " + std::to_string(b.Bc));
-  const std::size_t bytes = sizeof(float) * std::size_t(c->floats);
-  course::require(bytes <= course::gpu().smem_per_block_optin,
-                  "flash_v1 with d = " + std::to_string(s.d) + ", Bc = " + std::to_string(b.Bc) +
-                      " needs " + std::to_string(bytes) + " bytes of shared memory; this GPU allows " +
-                      std::to_string(course::gpu().smem_per_block_optin));
+  const std::size_t bytes = flash_v1_smem_bytes(s.d, b.Bc);
   CUDA_CHECK(cudaFuncSetAttribute(c->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   c->kernel<<<s.heads(), 256, bytes>>>(Q, K, V, O, l, m, s.N, s.causal, 1.0f / std::sqrt(float(s.d)));
   CUDA_CHECK_LAUNCH();

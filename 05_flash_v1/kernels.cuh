@@ -17,7 +17,10 @@ void launch_standard(const Shape& s, const float* Q, const float* K, const float
 // more shared memory than the GPU has.
 void launch_flash_v1(const Shape& s, Blocks b, const float* Q, const float* K, const float* V,
                      float* O, float* l, float* m);
-// Shared memory a block of the FA-1 kernel uses for (d, Bc), in bytes.
+// Shared memory a block of the FA-1 kernel uses for (d, Bc), in bytes (0 if not compiled).
 std::size_t flash_v1_smem_bytes(int d, int Bc);
+// Throws UsageError, naming the choices, unless the kernel is compiled for (d, Bc) and its shared
+// memory fits this GPU.
+void require_flash_v1_compiled(int d, int Bc);
 
 }  // namespace attention

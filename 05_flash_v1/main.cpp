@@ -43,5 +43,13 @@ int main(int argc, char** argv) {
   program.default_sram = [](int d) {
     return std::vector<long long>{sram_floats(flash_v1_compiled(d).back(), d)};
   };
+  program.check_sram = [](long long M, int d, bool on_gpu) {
+    const Blocks b = flash_v1_blocks(M, d);  // M below 4d: an error
+#if COURSE_HAS_CUDA
+    if (on_gpu) require_flash_v1_compiled(d, b.Bc);
+#else
+    (void)b, (void)on_gpu;
+#endif
+  };
   return run(argc, argv, program);
 }

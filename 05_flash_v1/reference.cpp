@@ -37,6 +37,10 @@ course::Comparison check_attention(const Shape& s, const float* Q, const float* 
                                    const float* O) {
   std::vector<int> heads = {0, s.heads() / 2, s.heads() - 1};
   heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  if (double(s.heads()) * s.N <= 16384) {  // small problems: every head
+    heads.clear();
+    for (int h = 0; h < s.heads(); ++h) heads.push_back(h);
+  }
   std::vector<int> rows;
   if (s.N <= 2048) {
     for (int i = 0; i < s.N; ++i) rows.push_back(i);

@@ -60,6 +60,18 @@ TEST_CASE("FlashAttention-1 on the CPU matches float64, causal or not, any N") {
       }
 }
 
+TEST_CASE("FlashAttention-1 on the CPU, causal, Bc not a multiple of Br: rows that see no key of a block") {
+  // Bc = 100, Br = 64: key block 1 starts at 100, inside query block 1 (rows 64..127), whose rows
+  // 64..99 see none of its keys: their m̃ is −∞ and the block must leave them unchanged.
+  for (int N : {300, 1000}) {
+    const Shape s{1, 2, N, 64, true};
+    const auto in = testing::random_inputs(s);
+    CAPTURE(N);
+    CAPTURE(in.seed);
+    check_output(s, in, flash(s, flash_v1_blocks(sram_floats(100, 64), 64), in).O);
+  }
+}
+
 TEST_CASE("FlashAttention-1 on the CPU: N = 4097, d = 32 and 128; l and m are the row statistics") {
   for (auto [N, d, Bc] : std::vector<std::array<int, 3>>{{4097, 32, 512}, {300, 128, 16}}) {
     const Shape s{1, 1, N, d, N == 4097};

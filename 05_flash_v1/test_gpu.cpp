@@ -3,7 +3,9 @@
 // bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,29 @@ TEST_CASE("flash_v1 matches float64 for every compiled block size, causal or not
           CAPTURE(in.seed);
           check_output(s, in, run_flash(s, flash_v1_blocks(sram_floats(Bc, d), d), in));
         }
+}
+
+TEST_CASE("flash_v1 writes the final l and m of every row, as the CPU twin does") {
+  for (auto [d, Bc, causal] : std::vector<std::array<int, 3>>{{64, 256, 0}, {32, 64, 1}, {128, 32, 1}}) {
+    const Shape s{1, 3, 777, d, causal != 0};
+    const Blocks b = flash_v1_blocks(sram_floats(Bc, d), d);
+    const auto in = testing::random_inputs(s);
+    CAPTURE(s.text());
+    CAPTURE(Bc);
+    CAPTURE(in.seed);
+    Device dev(s, in);
+    launch_flash_v1(s, b, dev.Q.get(), dev.K.get(), dev.V.get(), dev.O.get(), dev.l.get(), dev.m.get());
+    std::vector<float> O(s.elements()), l(dev.l.size()), m(l.size());
+    flash_v1_counted(s, b, in.Q.data(), in.K.data(), in.V.data(), O.data(), l.data(), m.data());
+    const auto gl = dev.l.download(), gm = dev.m.download();
+    int bad = 0;
+    for (std::size_t r = 0; r < l.size(); ++r) {
+      const bool ok = std::abs(gm[r] - m[r]) <= 1e-5 * std::max(1.0f, std::abs(m[r])) &&
+                      std::abs(gl[r] - l[r]) <= 1e-5 * l[r];
+      if (!ok && bad++ < 3) MESSAGE("row " << r << ": l " << gl[r] << " vs " << l[r] << ", m " << gm[r] << " vs " << m[r]);
+    }
+    CHECK(bad == 0);
+  }
 }
 
 TEST_CASE("standard and flash_v1 at N = 4097, and with all scores very negative") {
