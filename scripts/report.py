@@ -132,6 +132,25 @@ def variants_of(records, spec):
     return list(seen)
 
 
+def save_figure(fig, out, name):
+    path = os.path.join(out, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def log_axes(ax, xlabel, ylabel, title):
+    """Log-log axes, x in powers of two, with a grid and a small legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 def plot_io(records, family, spec, out):
     variants = variants_of(records, spec)
     if not variants or not spec.get("generic_plots", True):
@@ -163,10 +182,7 @@ def plot_io(records, family, spec, out):
     ax.set_title(f"{spec['title']}: memory traffic — {device_name(records)}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    path = os.path.join(out, f"{family}_io.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    path = save_figure(fig, out, f"{family}_io.png")
     return path
 
 
@@ -188,10 +204,7 @@ def plot_speed(records, family, spec, out):
     ax.set_title(f"{spec['title']}: speed — {device_name(records)}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    path = os.path.join(out, f"{family}_speed.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    path = save_figure(fig, out, f"{family}_speed.png")
     return path
 
 
@@ -212,10 +225,7 @@ def plot_io_probe(records, out):
     ax.set_title(f"io_probe: a copy's measured traffic — {device_name(probe)}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    path = os.path.join(out, "io_probe.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    path = save_figure(fig, out, "io_probe.png")
     return path
 
 
@@ -283,33 +293,25 @@ def plot_attention(records, out):
         axes[0].set_ylabel("TFLOP/s (4·B·H·N²·d, halved when causal)")
         axes[0].legend(fontsize=8)
         fig.suptitle(f"fp32 attention forward: speed — {device_name(sweep)}")
-        path = os.path.join(out, "attention_speed.png")
-        fig.tight_layout()
-        fig.savefig(path, dpi=130)
-        plt.close(fig)
+        path = save_figure(fig, out, "attention_speed.png")
         written.append(path)
 
         recs = [r for r in sweep if r["fields"].get("causal") == "0"]
         m = default_m(recs)
         fig, (ax, mem) = plt.subplots(1, 2, figsize=(12, 4.8))
+        for r in recs:
+            r["l2_total"] = add(r.get("l2_read_bytes"), r.get("l2_write_bytes"))
+            r["dram_total"] = add(r.get("dram_read_bytes"), r.get("dram_write_bytes"))
         for variant in ("standard", "flash_v1"):
             st = ATTENTION_STYLE[variant]
             x, y = attention_series(recs, variant, "io_model_bytes", m)
             ax.plot(x, y, "-", color=st["color"], label=f"{variant}: model")
-            for r in recs:
-                r["l2_total"] = add(r.get("l2_read_bytes"), r.get("l2_write_bytes"))
-                r["dram_total"] = add(r.get("dram_read_bytes"), r.get("dram_write_bytes"))
             x, y = attention_series(recs, variant, "l2_total", m)
             ax.plot(x, y, "o", mfc="none", color=st["color"], label=f"{variant}: measured SM↔L2")
             x, y = attention_series(recs, variant, "dram_total", m)
             ax.plot(x, y, "x", color=st["color"], label=f"{variant}: measured DRAM")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length N (B = 8, H = 32, d = 64, not causal)")
-        ax.set_ylabel("bytes read + written")
-        ax.set_title("global memory traffic")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        log_axes(ax, "sequence length N (B = 8, H = 32, d = 64, not causal)", "bytes read + written",
+                 "global memory traffic")
         for variant, st in ATTENTION_STYLE.items():
             x, y = attention_series(recs, variant, "peak_mem_bytes", m)
             if x:
@@ -319,18 +321,9 @@ def plot_attention(records, out):
                 mem.axvline(n, color=st["color"], lw=0.8, ls=":")
                 mem.annotate(f"{variant}: out of memory", (n, mem.get_ylim()[0]), rotation=90, fontsize=7,
                              color=st["color"], va="bottom")
-        mem.set_xscale("log", base=2)
-        mem.set_yscale("log")
-        mem.set_xlabel("sequence length N")
-        mem.set_ylabel("peak device memory, bytes")
-        mem.set_title("device memory: N² against N")
-        mem.grid(True, which="both", alpha=0.3)
-        mem.legend(fontsize=7)
+        log_axes(mem, "sequence length N", "peak device memory, bytes", "device memory: N² against N")
         fig.suptitle(f"fp32 attention forward: IO and memory — {device_name(recs)}")
-        path = os.path.join(out, "attention_io.png")
-        fig.tight_layout()
-        fig.savefig(path, dpi=130)
-        plt.close(fig)
+        path = save_figure(fig, out, "attention_io.png")
         written.append(path)
 
     fig2 = attention_records(records, B=64, H=16, N=1024, d=64)
@@ -378,10 +371,7 @@ def plot_attention(records, out):
             mid.set_title("FlashAttention-1: block size")
             mid.grid(True, which="both", alpha=0.3)
         fig.suptitle(f"The paper's Fig. 2, forward, fp32 — {device_name(fig2)}")
-        path = os.path.join(out, "flash_v1_fig2.png")
-        fig.tight_layout()
-        fig.savefig(path, dpi=130)
-        plt.close(fig)
+        path = save_figure(fig, out, "flash_v1_fig2.png")
         written.append(path)
     return written
 
