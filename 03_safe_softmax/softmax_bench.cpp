@@ -92,8 +92,7 @@ int run(int argc, char** argv, const Program& program) {
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program(program.stage, [&]() -> int {
-    std::vector<std::string> known;
-    for (const auto& v : program.variants) known.push_back(v.name);
+    std::vector<std::string> known = course::names_of(program.variants);
     known.insert(known.end(), program.after_variants.begin(), program.after_variants.end());
     course::finish_common_options(options, known);
     course::require(std::isfinite(lo) && std::isfinite(hi) && lo < hi, "--lo must be below --hi");

@@ -48,9 +48,7 @@ int run(int argc, char** argv, const Program& program) {
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program(program.stage, [&]() -> int {
-    std::vector<std::string> known;
-    for (const auto& v : program.variants) known.push_back(v.name);
-    course::finish_common_options(options, known);
+    course::finish_common_options(options, course::names_of(program.variants));
     require_supported(base);
     if (sram.empty()) sram = program.default_sram(base.d);
     course::Bench bench(program.stage, options);

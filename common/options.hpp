@@ -37,6 +37,14 @@ CLI::Validator number(double min);
 // applies --no-counters and --metrics, picks the seed. Throws UsageError for bad values.
 void finish_common_options(CommonOptions& options, const std::vector<std::string>& known);
 
+// The .name of each element: a program's variants, as finish_common_options wants them.
+template <class Variants>
+std::vector<std::string> names_of(const Variants& variants) {
+  std::vector<std::string> names;
+  for (const auto& v : variants) names.push_back(v.name);
+  return names;
+}
+
 bool selected(const CommonOptions& options, const std::string& variant);
 
 }  // namespace course
