@@ -85,8 +85,16 @@ void launch_standard(const Shape& s, const float* Q, const float* K, const float
 // half-warp, so the row max and sum are 4 shuffles. P̃_ij goes through shared memory to reach the
 // threads that multiply it with V_j.
 //
-// Shared memory (floats): Ks [Bc][D+4], Vs [Bc][D], Qs [Br][D+4], Ps [Br][Bc+16], ls, ms [Br].
-// The pads keep each warp's accesses within as few bank wavefronts as their bytes need.
+// Loads are issued well before their data is needed. The next step's Q block is loaded into
+// registers while this step computes P̃·V, and stored to Qs (free by then) at the end of the step;
+// O_i, l_i and m_i are loaded into registers at the start of a step and first used after S_ij.
+// (Before, Q_i, l_i and m_i went through registers into shared memory ahead of the step's first
+// barrier, so every thread waited there for a round trip to memory, at every step.) Three barriers
+// per step order shared memory. The requests are the same as before, so the IO is too.
+//
+// Shared memory (floats): Ks [Bc][D+4], Vs [Bc][D], Qs [Br][D+4], Ps [Br][Bc+16], and four rows of
+// Br for l_i and m_i as read (l_in, m_in) and as written (l_out, m_out). The pads keep each warp's
+// accesses within as few bank wavefronts as their bytes need.
 template <int D, int Bc>
 struct FlashV1 {
   static constexpr int Br = Bc < D ? Bc : D;
@@ -95,7 +103,11 @@ struct FlashV1 {
   static constexpr int W = D >= 64 ? 4 : 2;         // O columns per vector access
   static constexpr int G = D / 16 / W;              // vector accesses per O row per thread
   static constexpr int kLdK = D + 4, kLdQ = D + 4, kLdP = Bc + 16;
-  static constexpr int kFloats = Bc * kLdK + Bc * D + Br * kLdQ + Br * kLdP + 2 * Br;
+  static constexpr int kFloats = Bc * kLdK + Bc * D + Br * kLdQ + Br * kLdP + 4 * Br;
+  // Blocks per SM that shared memory allows on an H100 (228 KiB an SM, 1 KiB of it reserved per
+  // block), at most 2: the kernel is compiled to fit that many in registers (2: 128 a thread).
+  static constexpr int kSmemBlocks = 233472 / (4 * kFloats + 1024);
+  static constexpr int kMinBlocks = kSmemBlocks >= 2 ? 2 : 1;
   static_assert(Br % 16 == 0 && Bc % 16 == 0, "blocks are multiples of the 16 × 16 threads");
   // Then a causal key block j starts on a query block (key0 = i·Br for the first i processed), so
   // every row processed sees at least one key of the block. exp_shifted still guards the other case.
@@ -148,11 +160,36 @@ __device__ void load_rows(float* __restrict__ dst, int ld, const float* __restri
   }
 }
 
+// A block of kRows × D floats on its way from global to shared memory, held in registers: fetch()
+// issues the loads, put() stores what arrived. In between the thread can compute; the loads' latency
+// is hidden behind that work. Each of the kThreads threads holds kRows·D / (4·kThreads) float4s.
+template <int D, int kRows, int kThreads>
+struct BlockInFlight {
+  static constexpr int kPer = kRows * D / 4 / kThreads;
+  static_assert(kPer >= 1 && kRows * D / 4 % kThreads == 0, "whole float4s per thread");
+  float4 v[kPer];
+  __device__ void fetch(const float* __restrict__ src, int rows) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int f = threadIdx.x + k * kThreads, r = f / (D / 4), c = 4 * (f % (D / 4));
+      v[k] = r < rows ? __ldcg(reinterpret_cast<const float4*>(src + size_t(r) * D + c))
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+  __device__ void put(float* __restrict__ dst, int ld) const {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int f = threadIdx.x + k * kThreads, r = f / (D / 4), c = 4 * (f % (D / 4));
+      *reinterpret_cast<float4*>(dst + r * ld + c) = v[k];
+    }
+  }
+};
+
 // exp(x − m), with exp(−∞ − (−∞)) taken as 0: a row with nothing visible yet contributes nothing.
 __device__ inline float exp_shifted(float x, float m) { return m == -INFINITY ? 0.0f : expf(x - m); }
 
 template <int D, int Bc>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(256, FlashV1<D, Bc>::kMinBlocks)
     flash_v1(const float* __restrict__ Q, const float* __restrict__ K, const float* __restrict__ V,
              float* __restrict__ O, float* __restrict__ l, float* __restrict__ m, int N, bool causal,
              float scale) {
@@ -163,26 +200,33 @@ __global__ void __launch_bounds__(256, 1)
   float* Vs = Ks + Bc * F::kLdK;
   float* Qs = Vs + Bc * D;
   float* Ps = Qs + Br * F::kLdQ;
-  float* ls = Ps + Br * F::kLdP;
-  float* ms = ls + Br;
+  float* l_in = Ps + Br * F::kLdP;  // l_i and m_i as read from global memory
+  float* m_in = l_in + Br;
+  float* l_out = m_in + Br;  // the new l_i and m_i, on their way to global memory
+  float* m_out = l_out + Br;
 
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const size_t head = size_t(blockIdx.x) * N * D, stats = size_t(blockIdx.x) * N;
   const int Tc = (N + Bc - 1) / Bc, Tr = (N + Br - 1) / Br;
+  auto first_i = [&](int j) { return causal ? j * Bc / Br : 0; };
+  BlockInFlight<D, Br, F::kThreads> next_Q;
+  auto fetch_Q = [&](int i) { next_Q.fetch(Q + head + size_t(i) * Br * D, min(Br, N - i * Br)); };
 
+  fetch_Q(first_i(0));
+  next_Q.put(Qs, F::kLdQ);
   for (int j = 0; j < Tc; ++j) {
     const int key0 = j * Bc, kv_rows = min(Bc, N - key0);
     load_rows<D>(Ks, F::kLdK, K + head + size_t(key0) * D, kv_rows, Bc, F::kThreads);
     load_rows<D>(Vs, D, V + head + size_t(key0) * D, kv_rows, Bc, F::kThreads);
-    for (int i = causal ? key0 / Br : 0; i < Tr; ++i) {
+    for (int i = first_i(j); i < Tr; ++i) {
       const int row0 = i * Br, rows = min(Br, N - row0);
-      // Load Q_i, and O_i, l_i, m_i unless j = 0 (the paper's initial O = 0, l = 0, m = −∞).
-      load_rows<D>(Qs, F::kLdQ, Q + head + size_t(row0) * D, rows, Br, F::kThreads);
+      // Issue the loads of O_i, l_i, m_i (unless j = 0: the paper's initial O = 0, l = 0, m = −∞)
+      // into registers now; they are first needed after S_ij, so S_ij hides their latency.
+      float o[RA][G][W], l_old = 0.0f, m_old = -INFINITY;
       if (j > 0 && tid < rows) {
-        ls[tid] = __ldcg(l + stats + row0 + tid);
-        ms[tid] = __ldcg(m + stats + row0 + tid);
+        l_old = __ldcg(l + stats + row0 + tid);
+        m_old = __ldcg(m + stats + row0 + tid);
       }
-      float o[RA][G][W];
 #pragma unroll
       for (int a = 0; a < RA; ++a)
 #pragma unroll
@@ -195,7 +239,9 @@ __global__ void __launch_bounds__(256, 1)
             for (int e = 0; e < W; ++e) o[a][g][e] = 0.0f;
           }
         }
-      __syncthreads();  // Q_i, l_i, m_i (and, at the first i, K_j and V_j) are in shared memory
+      // At the first i of a j: K_j and V_j are in shared memory (and, at the very first step, Q_i).
+      // Later steps' Q_i was stored before the previous step's last barrier.
+      __syncthreads();
 
       // S_ij = scale·Q_i·K_jᵀ, this thread's RA × CB elements.
       float S[RA][CB] = {};
@@ -216,36 +262,47 @@ __global__ void __launch_bounds__(256, 1)
           }
         }
       }
-      // m̃ = rowmax, P̃ = exp(S − m̃), l̃ = rowsum; then the new m and l of each of our rows.
-      float alpha[RA], beta[RA], l_new[RA], l_old[RA], m_new[RA];
+      // m̃ = rowmax, P̃ = exp(S − m̃), l̃ = rowsum.
+      float m_tilde[RA], l_tilde[RA];
 #pragma unroll
       for (int a = 0; a < RA; ++a) {
         const int r = ty + 16 * a;
-        float m_tilde = -INFINITY;
+        m_tilde[a] = -INFINITY;
 #pragma unroll
         for (int b = 0; b < CB; ++b) {
           const int c = tx + 16 * b;
           const bool seen = c < kv_rows && (!causal || key0 + c <= row0 + r);
           S[a][b] = seen ? S[a][b] * scale : -INFINITY;
-          m_tilde = fmaxf(m_tilde, S[a][b]);
+          m_tilde[a] = fmaxf(m_tilde[a], S[a][b]);
         }
-        for (int mask = 8; mask > 0; mask /= 2) m_tilde = fmaxf(m_tilde, __shfl_xor_sync(~0u, m_tilde, mask));
-        float l_tilde = 0.0f;
+        for (int mask = 8; mask > 0; mask /= 2) m_tilde[a] = fmaxf(m_tilde[a], __shfl_xor_sync(~0u, m_tilde[a], mask));
+        l_tilde[a] = 0.0f;
 #pragma unroll
         for (int b = 0; b < CB; ++b) {
-          const float p = exp_shifted(S[a][b], m_tilde);
-          l_tilde += p;
+          const float p = exp_shifted(S[a][b], m_tilde[a]);
+          l_tilde[a] += p;
           Ps[r * F::kLdP + tx + 16 * b] = p;
         }
-        for (int mask = 8; mask > 0; mask /= 2) l_tilde += __shfl_xor_sync(~0u, l_tilde, mask);
-        const float m_old = j > 0 ? ms[r] : -INFINITY;
-        l_old[a] = j > 0 ? ls[r] : 0.0f;
-        m_new[a] = fmaxf(m_old, m_tilde);
-        alpha[a] = exp_shifted(m_old, m_new[a]);
-        beta[a] = exp_shifted(m_tilde, m_new[a]);
-        l_new[a] = alpha[a] * l_old[a] + beta[a] * l_tilde;
+        for (int mask = 8; mask > 0; mask /= 2) l_tilde[a] += __shfl_xor_sync(~0u, l_tilde[a], mask);
       }
-      __syncthreads();  // P̃_ij is complete
+      if (tid < Br) l_in[tid] = l_old, m_in[tid] = m_old;
+      __syncthreads();  // P̃_ij, l_i and m_i are in shared memory; Qs is free
+
+      // Issue the loads of the next step's Q block; they arrive while we compute P̃_ij·V_j.
+      const int i_next = i + 1 < Tr ? i + 1 : j + 1 < Tc ? first_i(j + 1) : -1;
+      if (i_next >= 0) fetch_Q(i_next);
+
+      // The new m and l of each of our rows.
+      float alpha[RA], beta[RA], l_new[RA], m_new[RA];
+#pragma unroll
+      for (int a = 0; a < RA; ++a) {
+        const int r = ty + 16 * a;
+        m_new[a] = fmaxf(m_in[r], m_tilde[a]);
+        alpha[a] = exp_shifted(m_in[r], m_new[a]);
+        beta[a] = exp_shifted(m_tilde[a], m_new[a]);
+        l_new[a] = alpha[a] * l_in[r] + beta[a] * l_tilde[a];
+        alpha[a] *= l_in[r];  // l_i·e^(m_i − m_new): old O_i's weight, still to be divided by l_new
+      }
 
       // P̃_ij·V_j for this thread's RA rows and D/16 columns.
       float pv[RA][G][W] = {};
@@ -273,7 +330,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
       for (int a = 0; a < RA; ++a) {
         const int r = ty + 16 * a;
-        const float old_weight = l_old[a] * alpha[a] / l_new[a], new_weight = beta[a] / l_new[a];
+        const float old_weight = alpha[a] / l_new[a], new_weight = beta[a] / l_new[a];
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           float out[W];
@@ -281,15 +338,13 @@ __global__ void __launch_bounds__(256, 1)
           for (int e = 0; e < W; ++e) out[e] = old_weight * o[a][g][e] + new_weight * pv[a][g][e];
           if (r < rows) store_vec<W>(O + head + size_t(row0 + r) * D + F::o_col(tx, g, 0), out);
         }
-        if (tx == 0) {
-          ls[r] = l_new[a];
-          ms[r] = m_new[a];
-        }
+        if (tx == 0) l_out[r] = l_new[a], m_out[r] = m_new[a];
       }
-      __syncthreads();  // the new l_i, m_i are in shared memory; Qs and Ps are free
+      if (i_next >= 0) next_Q.put(Qs, F::kLdQ);  // Qs is free since the barrier after P̃
+      __syncthreads();  // Q of the next step, l_out and m_out are complete; Ps and Vs are free
       if (tid < rows) {
-        l[stats + row0 + tid] = ls[tid];
-        m[stats + row0 + tid] = ms[tid];
+        l[stats + row0 + tid] = l_out[tid];
+        m[stats + row0 + tid] = m_out[tid];
       }
     }
   }
