@@ -1,5 +1,6 @@
 // Stage 04: the online softmax, and the online state carried into attention.
 #include <string>
+#include <type_traits>
 
 #include "../03_safe_softmax/kernels.cuh"  // block_threads
 #include "../03_safe_softmax/reduce.cuh"
@@ -69,11 +70,14 @@ __global__ void online_normalize(const float* __restrict__ X, float* __restrict_
 // warp each (8 rows a block, merged with shuffles alone); longer ones, up to 8192, a block each.
 // IO: 1 read + 1 write: the least possible.
 
-template <bool kVec, int kLanes>
+// kPerThread: the values a thread holds, 8, 16 or 32, the fewest that cover the row: registers are
+// sized for it, so short rows leave room for more warps per SM (with 32 for every row, a kernel of
+// 48 registers ran 5 blocks per SM, 62% of the warps it could hold).
+template <bool kVec, int kLanes, int kPerThread>
 __global__ void __launch_bounds__(kMaxThreads) on_chip(const float* __restrict__ X,
                                                        float* __restrict__ Y, int R, int C) {
-  constexpr int kPerThread = kOnChipMaxCols / kMaxThreads;
   static_assert(kLanes == 32 || kLanes == kMaxThreads, "a warp or a block per row");
+  static_assert(kPerThread * kLanes <= kOnChipMaxCols, "at most kOnChipMaxCols columns");
   const int t = threadIdx.x % kLanes;
   const int r = blockIdx.x * (kMaxThreads / kLanes) + threadIdx.x / kLanes;
   if (kLanes == 32 && r >= R) return;  // a warp with no row (a block-wide group always has one)
@@ -189,6 +193,30 @@ void launch_online(const float* X, float* Y, float* workspace, int R, int C) {
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// The kernel for rows of C columns with kLanes threads each: kPerThread = 8, 16 or 32 values.
+template <int kLanes>
+void launch_on_chip_rows(const float* X, float* Y, int R, int C, int blocks) {
+  const int per_thread = (C + kLanes - 1) / kLanes;
+  const bool vec = vectorized(C);
+  auto go = [&](auto per) {
+    constexpr int kPer = decltype(per)::value;
+    if (vec) {
+      on_chip<true, kLanes, kPer><<<blocks, kMaxThreads>>>(X, Y, R, C);
+    } else {
+      on_chip<false, kLanes, kPer><<<blocks, kMaxThreads>>>(X, Y, R, C);
+    }
+  };
+  if (per_thread <= 8) {
+    go(std::integral_constant<int, 8>{});
+  } else if (per_thread <= 16) {
+    go(std::integral_constant<int, 16>{});
+  } else {
+    go(std::integral_constant<int, 32>{});
+  }
+}
+}  // namespace
+
 void launch_on_chip(const float* X, float* Y, float*, int R, int C) {
   require_matrix(R, C);
   course::require(C <= kOnChipMaxCols, "on_chip handles rows of at most " +
@@ -196,16 +224,9 @@ void launch_on_chip(const float* X, float* Y, float*, int R, int C) {
                                            std::to_string(C));
   constexpr int kRowsPerBlock = kMaxThreads / 32;
   if (C <= kOnChipWarpMaxCols) {  // a warp per row
-    const int blocks = (R + kRowsPerBlock - 1) / kRowsPerBlock;
-    if (vectorized(C)) {
-      on_chip<true, 32><<<blocks, kMaxThreads>>>(X, Y, R, C);
-    } else {
-      on_chip<false, 32><<<blocks, kMaxThreads>>>(X, Y, R, C);
-    }
-  } else if (vectorized(C)) {  // a block per row
-    on_chip<true, kMaxThreads><<<R, kMaxThreads>>>(X, Y, R, C);
-  } else {
-    on_chip<false, kMaxThreads><<<R, kMaxThreads>>>(X, Y, R, C);
+    launch_on_chip_rows<32>(X, Y, R, C, (R + kRowsPerBlock - 1) / kRowsPerBlock);
+  } else {  // a block per row
+    launch_on_chip_rows<kMaxThreads>(X, Y, R, C, R);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -45,7 +45,10 @@ TEST_CASE("online and on-chip kernels match the float64 reference on every shape
       testing::check_softmax(X, run_on_gpu(launch_on_chip, X, s.R, s.C), s.R, s.C);
     }
   }
-  for (int C : {8192, 8191, 4097, 33}) {  // on_chip's longest rows, and ragged ones
+  // on_chip's longest rows, ragged ones, and a row for each of its kernels: a warp or a block per
+  // row, 16-byte or 4-byte loads, 8, 16 or 32 values a thread.
+  for (int C : {8192, 8191, 4097, 33, 128, 500, 301, 1024, 1023, 2048, 1025, 3001, 4096}) {
+    CAPTURE(C);
     const auto X = testing::logits({7, C});
     testing::check_softmax(X, run_on_gpu(launch_on_chip, X, 7, C), 7, C);
   }
