@@ -2,8 +2,9 @@
 # One call on the GPU machine does everything a change needs there, in this order:
 #   build (default architectures, warnings counted), all tests, compute-sanitizer (memcheck,
 #   racecheck, synccheck, initcheck) on every GPU test, the main job (./course run), Nsight Compute
-#   on the same kernels to cross-check the in-process counters, and SASS/ncu details of the
-#   fastest kernel. Everything lands in $OUT/session.tgz; a short table is printed last.
+#   on the same kernels to cross-check the in-process counters, standard attention's time kernel by
+#   kernel, and SASS/ncu details of the fastest kernels. Everything lands in $OUT/session.tgz; a
+#   short table is printed last.
 # Usage there: OUT=/some/dir scripts/gpu_session.sh   (Eigen/doctest/CLI11 carried in .deps/)
 #   COURSE_SESSION=checks: build, tests and sanitizers only (no benchmarks).
 #   COURSE_SESSION=bench: build, then the main job and Nsight Compute (no tests, no sanitizers).
@@ -103,6 +104,24 @@ python3 scripts/compare_ncu.py --csv "$S/results/results.csv" --out "$S/ncu_vs_c
   "$S/ncu_flash_v1.csv:05_flash_v1:flash_v1:B=8 H=32 N=1024 d=64 causal=0 M=65536 Bc=256 Br=64" \
   > "$S/ncu_vs_cupti.txt" 2>&1
 cat "$S/ncu_vs_cupti.txt"
+
+step "standard attention's kernels one by one (Nsight Compute)"
+breakdown=()
+for N in 512 1024 2048 4096; do
+  for causal in 0 1; do
+    flag=""; [ $causal = 1 ] && flag=--causal
+    ncu --clock-control none --cache-control none --print-units base --csv \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      --log-file "$S/ncu_standard_${N}_${causal}.csv" build/bin/05_flash_v1 --no-counters --batch 8 \
+      --heads 32 --seq $N --d 64 $flag --variants standard,flash_v1 --reps 1 --warmup 0 --seed 7 \
+      >"$S/ncu_standard_${N}_${causal}.out" 2>&1
+    breakdown+=("$N:$causal:$S/ncu_standard_${N}_${causal}.csv")
+  done
+done
+python3 scripts/standard_breakdown.py --out "$S/standard_breakdown.csv" "${breakdown[@]}" \
+  >"$S/standard_breakdown.md" 2>&1
+note "standard breakdown: rc=$?"
+cat "$S/standard_breakdown.md"
 
 step "Nsight Compute details of register_blocked at 4096"
 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
