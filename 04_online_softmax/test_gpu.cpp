@@ -18,20 +18,8 @@ using namespace softmax;
 
 namespace {
 
+using testing::check_traffic;
 using testing::run_on_gpu;
-
-// Measured SM<->L2 reads equal to the count (to 1e-4); writes between the output and the count.
-void check_traffic(const std::function<void()>& launch, const course::IoCount& io, double output_bytes) {
-  const auto r = course::measure_traffic(launch);
-  if (!r.traffic) {
-    MESSAGE("counters unavailable: " << r.why_not);
-    CHECK_MESSAGE(r.why_not.find("administrators") != std::string::npos, r.why_not);
-    return;
-  }
-  CHECK(r.traffic->l2_read_bytes == doctest::Approx(double(io.read_bytes)).epsilon(1e-4));
-  CHECK(r.traffic->l2_write_bytes <= 1.01 * double(io.write_bytes));
-  CHECK(r.traffic->l2_write_bytes >= output_bytes);
-}
 
 }  // namespace
 
