@@ -119,12 +119,12 @@ std::string value_cell(const std::optional<double>& value, const char* format) {
 
 void print_table(std::ostream& out, const std::vector<Row>& rows,
                  const std::vector<std::string>& notes) {
-  const std::vector<std::string> header = {"variant", "shape",   "ms",     "TFLOP/s",
+  const std::vector<std::string> header = {"variant", "dtype", "shape",   "ms",     "TFLOP/s",
                                            "GB/s",    "model",   "counted", "L2 r+w",
                                            "DRAM r+w", "max rel err"};
   std::vector<std::vector<std::string>> cells = {header};
   for (const auto& r : rows) {
-    cells.push_back({r.variant, r.shape, value_cell(r.ms, "%.4g"), value_cell(r.tflops, "%.2f"),
+    cells.push_back({r.variant, r.dtype, r.shape, value_cell(r.ms, "%.4g"), value_cell(r.tflops, "%.2f"),
                      value_cell(r.gbps, "%.0f"), bytes_cell(r.io_model_bytes), bytes_cell(r.io_counted_bytes),
                      bytes_cell(r.l2_read_bytes, r.l2_write_bytes),
                      bytes_cell(r.dram_read_bytes, r.dram_write_bytes),
@@ -135,7 +135,7 @@ void print_table(std::ostream& out, const std::vector<Row>& rows,
     for (size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
   for (size_t i = 0; i < cells.size(); ++i) {
     for (size_t c = 0; c < cells[i].size(); ++c) {
-      out << (c ? "  " : "") << (c < 2 ? std::left : std::right) << std::setw(int(width[c]))
+      out << (c ? "  " : "") << (c < 3 ? std::left : std::right) << std::setw(int(width[c]))
           << cells[i][c];
     }
     out << std::left << "\n";

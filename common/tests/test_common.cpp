@@ -8,6 +8,7 @@
 
 #include "check.hpp"
 #include "compare.hpp"
+#include "dtype.hpp"
 #include "inputs.hpp"
 #include "io_count.hpp"
 #include "report.hpp"
@@ -163,4 +164,36 @@ TEST_CASE("run_program maps failures to exit codes") {
   CHECK(run_program("t", []() -> int { throw UsageError("bad size"); }) == 2);
   CHECK(run_program("t", []() -> int { throw ResourceError("too big"); }) == 3);
   CHECK(run_program("t", []() -> int { throw std::runtime_error("bug"); }) == 1);
+}
+
+TEST_CASE("dtype: fp16 and bf16 round to nearest even, with overflow, subnormals and NaN") {
+  using course::Dtype;
+  CHECK(float_to_bits(Dtype::fp16, 1.0f) == 0x3C00);
+  CHECK(float_to_bits(Dtype::fp16, -2.0f) == 0xC000);
+  CHECK(float_to_bits(Dtype::fp16, 65504.0f) == 0x7BFF);       // the largest finite
+  CHECK(float_to_bits(Dtype::fp16, 65519.0f) == 0x7BFF);       // below half an ulp more
+  CHECK(float_to_bits(Dtype::fp16, 65520.0f) == 0x7C00);       // the tie rounds to even: inf
+  CHECK(float_to_bits(Dtype::fp16, std::ldexp(1.0f, -24)) == 0x0001);  // the smallest subnormal
+  CHECK(float_to_bits(Dtype::fp16, std::ldexp(1.0f, -26)) == 0x0000);  // below half of it
+  CHECK(float_to_bits(Dtype::fp16, 1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // tie, even stays
+  CHECK(float_to_bits(Dtype::fp16, 1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);  // tie, odd goes up
+  CHECK(std::isnan(bits_to_float(Dtype::fp16, float_to_bits(Dtype::fp16, std::nanf("")))));
+  CHECK(float_to_bits(Dtype::bf16, 1.0f) == 0x3F80);
+  CHECK(float_to_bits(Dtype::bf16, 1.0f + std::ldexp(1.0f, -8)) == 0x3F80);  // tie, even stays
+  CHECK(float_to_bits(Dtype::bf16, 1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3F82);
+  CHECK(std::isinf(round_to(Dtype::bf16, 3.4e38f)));
+  CHECK(std::isnan(round_to(Dtype::bf16, std::nanf(""))));
+  // Every fp16 value survives the round trip; rounding is within half an ulp.
+  for (unsigned h = 0; h < 0x7C00; ++h) {
+    const float x = bits_to_float(Dtype::fp16, std::uint16_t(h));
+    REQUIRE(float_to_bits(Dtype::fp16, x) == h);
+  }
+  const auto values = random_uniform(10000, 7, -100.0f, 100.0f);
+  for (float x : values) {
+    CHECK(std::abs(round_to(Dtype::fp16, x) - x) <= std::abs(x) * unit_roundoff(Dtype::fp16));
+    CHECK(std::abs(round_to(Dtype::bf16, x) - x) <= std::abs(x) * unit_roundoff(Dtype::bf16));
+  }
+  CHECK(round_to(Dtype::fp32, 0.1f) == 0.1f);
+  CHECK(std::string(name(parse_dtype("bf16"))) == "bf16");
+  CHECK(bytes_of(Dtype::fp16) == 2);
 }
