@@ -1,0 +1,30 @@
+// Stage 06's kernels and their launchers (device pointers, the layout of algorithm.hpp). Defined
+// only in a CUDA build. Each launcher checks the shape, and throws UsageError, before launching.
+#pragma once
+
+#include "algorithm.hpp"
+#include "dtype.hpp"
+
+namespace attention {
+
+// Part A: FlashAttention-2 in fp32 on the CUDA cores (kernels_fp32.cu), d = 32, 64 or 128.
+void launch_flash_v2_fp32(const Shape& s, const float* Q, const float* K, const float* V, float* O,
+                          float* L);
+
+// Part B: the tensor-core ladder (fp16 or bf16 storage, fp32 sums), d = 64 or 128. Q, K, V and O
+// point to 16-bit values of `dtype`. One launcher per rung, in the order of the chapter:
+//   mma        (tc1_mma.cu)       warps split Q; mma.sync fed by plain shared-memory loads
+//   ldmatrix   (tc2_ldmatrix.cu)  ldmatrix (.trans for V) from a swizzled layout
+//   cp_async   (tc3_cp_async.cu)  K/V double-buffered with cp.async
+//   tuned      (tc4_tuned.cu)     FA-2's remaining steps: 32 rows a warp, exp2, masks only where needed,
+//                                 heaviest causal blocks first
+void launch_tc_mma(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                   void* O, float* L);
+void launch_tc_ldmatrix(const Shape& s, course::Dtype t, const void* Q, const void* K,
+                        const void* V, void* O, float* L);
+void launch_tc_cp_async(const Shape& s, course::Dtype t, const void* Q, const void* K,
+                        const void* V, void* O, float* L);
+void launch_tc_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                     void* O, float* L);
+
+}  // namespace attention

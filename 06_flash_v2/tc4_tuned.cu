@@ -1,0 +1,104 @@
+// Rung 4: the rest of what FlashAttention-2 does, to reach its speed.
+//
+// What changed from rung 3 (tc3_cp_async.cu):
+//  1. 32 query rows a warp (two m-tiles), Br = 128: every K and V fragment an ldmatrix brings is
+//     used by two mma's instead of one, so shared-memory traffic per FLOP halves (rung 3 spends
+//     about as many cycles moving fragments as the tensor cores spend on them), and each K_j, V_j
+//     crosses from L2 half as often (the model's K/V term halves).
+//  2. exp2 with scale·log₂e folded in: P̃ = 2^(S·c − m·c), one FFMA and one MUFU.EX2 per score
+//     instead of a subtraction, two multiplications and the MUFU.
+//  3. Masks only where needed: key blocks are walked from the last to the first, so the blocks
+//     that need a mask (the causal diagonal, the tail past N) come first; the rest skip it.
+//  4. One barrier per key block instead of two: the barrier after block j+1's data arrives also
+//     says that every warp is done with the buffer block j−1 will be copied into.
+//  5. Causal: the heaviest query blocks (the last, which see the most keys) start first, so the
+//     short ones fill the gaps at the end instead of a long one running alone.
+//  6. d = 64 keeps Q's fragments in registers (32 of them); d = 128 reloads them from shared memory
+//     at each k step (64 registers would not fit beside O's 128 and S's 64).
+//
+// IO: Q once, K and V once per 128 query rows, O and L once: flash_v2_model_bytes with Tiles
+// {128, 64}. What should move: tensor-pipe utilisation (sm__pipe_tensor_op_hmma_cycles_active)
+// up, shared-memory wavefronts per mma down by half, issue slots per score down.
+#include "check.hpp"
+#include "kernels.cuh"
+#include "tc_common.cuh"
+
+namespace attention {
+namespace tc {
+
+template <int D>
+struct Tuned {
+  static constexpr int Br = 128, Bc = 64, MT = 2, NT = Bc / 8, DT = D / 8;
+  static constexpr bool kQInRegisters = D == 64;
+  static constexpr int kHalves = Br * D + 4 * Bc * D;  // Q, then K[2] and V[2]
+  static constexpr size_t kBytes = 2 * size_t(kHalves);
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(128, 2) flash_v2_tuned(Params p) {
+  using F = Tuned<D>;
+  constexpr int Br = F::Br, Bc = F::Bc, MT = F::MT, NT = F::NT, DT = F::DT;
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* Qs = smem;
+  auto Ks = [&](int j) { return smem + Br * D + (j & 1) * 2 * Bc * D; };  // K and V of buffer j % 2
+  auto Vs = [&](int j) { return Ks(j) + Bc * D; };
+  const int warp = threadIdx.x / 32;
+  const int i = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // heaviest first when causal
+  const int row0 = i * Br, warp_row0 = row0 + 32 * warp;
+  const size_t head = size_t(blockIdx.y) * p.N * D;
+  auto fetch_kv = [&](int j) {
+    const int key0 = j * Bc;
+    load_tile_async<D, Bc, 128>(Ks(j), p.K + head + size_t(key0) * D, p.N - key0);
+    load_tile_async<D, Bc, 128>(Vs(j), p.V + head + size_t(key0) * D, p.N - key0);
+    ptx::cp_async_commit();
+  };
+  // Key block j needs the mask if it reaches past N or, causal, past the block's first row.
+  auto needs_mask = [&](int j) { return (j + 1) * Bc > p.N || (p.causal && (j + 1) * Bc - 1 > row0); };
+
+  const int blocks = key_blocks(p.N, Br, Bc, p.causal, i);
+  load_tile_async<D, Br, 128>(Qs, p.Q + head + size_t(row0) * D, min(Br, p.N - row0));
+  fetch_kv(blocks - 1);
+
+  uint32_t q[MT][F::kQInRegisters ? D / 16 : 1][4];
+  float o[MT][DT][4] = {}, m[MT][2], l[MT][2] = {};
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY;
+  for (int j = blocks - 1; j >= 0; --j) {
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // block j is visible to all, and every warp is done with block j+1's buffer
+    if (j > 0) fetch_kv(j - 1);  // into that buffer, while we compute block j
+    if constexpr (F::kQInRegisters) {
+      if (j == blocks - 1) load_q_ldmatrix<D, MT>(q, Qs, 32 * warp);
+    }
+
+    float S[MT][NT][4] = {};
+    if constexpr (F::kQInRegisters) {
+      qk_ldmatrix<T, D, MT, NT>(S, q, Ks(j));
+    } else {
+      qk_smem_q<T, D, MT, NT>(S, Qs, 32 * warp, Ks(j));
+    }
+    if (needs_mask(j)) mask_scores(S, warp_row0, j * Bc, p.N, p.causal);
+    uint32_t P[MT][NT / 2][4];
+    online_softmax<T, true>(S, o, m, l, p.scale, P);
+    pv_ldmatrix<T, D, MT, NT>(o, P, Vs(j));
+  }
+  // Qs as the staging area: each warp only ever read its own 32 rows of it.
+  write_output<T, D, MT>(o, m, l, Qs + 32 * warp * D, p, head, warp_row0);
+}
+
+}  // namespace tc
+
+void launch_tc_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                     void* O, float* L) {
+  tc::dispatch("tuned", s, t, [&](auto config) {
+    using C = decltype(config);
+    constexpr size_t bytes = tc::Tuned<C::D>::kBytes;
+    const auto kernel = tc::flash_v2_tuned<typename C::T, C::D>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    const dim3 grid((s.N + 127) / 128, s.heads());
+    kernel<<<grid, 128, bytes>>>(tc::params(Q, K, V, O, L, s.N, s.causal, C::D));
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace attention
