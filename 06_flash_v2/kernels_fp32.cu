@@ -80,12 +80,17 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1) flash_v2_fp32(const floa
   for (int j = 0; j < blocks; ++j) {
     const int key0 = j * Bc, keys = min(Bc, N - key0);
     __syncthreads();  // every thread is done with K_{j-1}, V_{j-1} and P̃ (and Qᵀ is complete)
-    for (int f = threadIdx.x; f < Bc * D / 4; f += F::kThreads) {
-      const int r = f / (D / 4), k = 4 * (f % (D / 4));
+    // A thread copies float4 number k/4 of rows r0, r0 + kStep, ...: one base address, fixed strides.
+    constexpr int kStep = F::kThreads / (D / 4);
+    const int r0 = threadIdx.x / (D / 4), k = 4 * (threadIdx.x % (D / 4));
+    const float* Kg = K + head + size_t(key0 + r0) * D + k;
+    const float* Vg = V + head + size_t(key0 + r0) * D + k;
+#pragma unroll
+    for (int r = r0; r < Bc; r += kStep) {
       float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
       if (r < keys) {
-        kv = __ldcg(reinterpret_cast<const float4*>(K + head + size_t(key0 + r) * D + k));
-        vv = __ldcg(reinterpret_cast<const float4*>(V + head + size_t(key0 + r) * D + k));
+        kv = __ldcg(reinterpret_cast<const float4*>(Kg + (r - r0) * D));
+        vv = __ldcg(reinterpret_cast<const float4*>(Vg + (r - r0) * D));
       }
       *reinterpret_cast<float4*>(Ks + r * F::kLdK + k) = kv;
       *reinterpret_cast<float4*>(Vs + r * D + k) = vv;

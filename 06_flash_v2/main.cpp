@@ -62,8 +62,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> dtype_names = {"fp32", "fp16", "bf16"};
   float q_scale = 1.0f;
   double count_limit = double(1 << 28);
+  int tokens = 0;
   course::add_common_options(app, options);
   app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
+  app.add_option("--tokens", tokens,
+                 "Tokens B*N: when given, B = tokens / N for each N (FA-2's benchmarks keep B*N fixed)")
+      ->check(course::whole_number(1));
   app.add_option("--heads", base.H, "Heads H")->check(course::whole_number(1))->capture_default_str();
   app.add_option("--seq", seq, "Sequence lengths N, comma-separated")
       ->delimiter(',')
@@ -98,6 +102,11 @@ int main(int argc, char** argv) {
     for (int N : seq) {
       Shape s = base;
       s.N = N;
+      if (tokens > 0) {
+        course::require(tokens % N == 0, "--tokens " + std::to_string(tokens) + " is not a multiple of N = " +
+                                             std::to_string(N));
+        s.B = tokens / N;
+      }
       require_supported(s);
       for (Dtype t : dtypes) {
         // The variants that run here: stage 05's flash_v1 (fp32), and stage 06's that take (t, d).

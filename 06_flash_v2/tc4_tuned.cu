@@ -14,7 +14,10 @@
 //  5. Causal: the heaviest query blocks (the last, which see the most keys) start first, so the
 //     short ones fill the gaps at the end instead of a long one running alone.
 //  6. d = 64 keeps Q's fragments in registers (32 of them); d = 128 reloads them from shared memory
-//     at each k step (64 registers would not fit beside O's 128 and S's 64).
+//     at each k step (64 registers would not fit beside O's 128 and S's 64). Even so d = 128 is
+//     four registers short: ptxas spilled the lane's four row-sum shares l to local memory, which
+//     L1 writes through to L2 (measured: L2 writes 1.7× the count at N = 1000). They live in
+//     shared memory instead, 16 bytes a thread, read and written once a key block.
 //
 // IO: Q once, K and V once per 128 query rows, O and L once: flash_v2_model_bytes with Tiles
 // {128, 64}. What should move: tensor-pipe utilisation (sm__pipe_tensor_op_hmma_cycles_active)
@@ -30,8 +33,9 @@ template <int D>
 struct Tuned {
   static constexpr int Br = 128, Bc = 64, MT = 2, NT = Bc / 8, DT = D / 8;
   static constexpr bool kQInRegisters = D == 64;
-  static constexpr int kHalves = Br * D + 4 * Bc * D;  // Q, then K[2] and V[2]
-  static constexpr size_t kBytes = 2 * size_t(kHalves);
+  static constexpr bool kLInShared = D == 128;
+  static constexpr int kHalves = Br * D + 4 * Bc * D;  // Q, then K[2] and V[2], then (d = 128) l
+  static constexpr size_t kBytes = 2 * size_t(kHalves) + (kLInShared ? 128 * 4 * sizeof(float) : 0);
 };
 
 template <class T, int D>
@@ -63,6 +67,13 @@ __global__ void __launch_bounds__(128, 2) flash_v2_tuned(Params p) {
   float o[MT][DT][4] = {}, m[MT][2], l[MT][2] = {};
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY;
+  float* l_shared = reinterpret_cast<float*>(smem + F::kHalves) + 4 * threadIdx.x;  // this lane's own
+  auto swap_l = [&](bool to_shared) {
+    if constexpr (F::kLInShared)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) to_shared ? l_shared[e] = l[e / 2][e % 2] : l[e / 2][e % 2] = l_shared[e];
+  };
+  swap_l(true);
   for (int j = blocks - 1; j >= 0; --j) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // block j is visible to all, and every warp is done with block j+1's buffer
@@ -79,9 +90,12 @@ __global__ void __launch_bounds__(128, 2) flash_v2_tuned(Params p) {
     }
     if (needs_mask(j)) mask_scores(S, warp_row0, j * Bc, p.N, p.causal);
     uint32_t P[MT][NT / 2][4];
+    swap_l(false);
     online_softmax<T, true>(S, o, m, l, p.scale, P);
+    swap_l(true);
     pv_ldmatrix<T, D, MT, NT>(o, P, Vs(j));
   }
+  swap_l(false);
   // Qs as the staging area: each warp only ever read its own 32 rows of it.
   write_output<T, D, MT>(o, m, l, Qs + 32 * warp * D, p, head, warp_row0);
 }

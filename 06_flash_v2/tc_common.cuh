@@ -60,7 +60,8 @@ __device__ void load_tile_sync(uint16_t* smem, const uint16_t* src, int rows) {
 // With cp.async (rungs 3 and 4): the copies run in the background, always swizzled. A thread
 // always copies the same chunk c of rows r0, r0 + S, r0 + 2S, ... (S = kThreads / chunks a row),
 // and (r0 + kS) & 7 = r0 & 7 when S is a multiple of 8: its shared and global addresses both
-// advance by a constant stride, one base register each instead of one address per copy.
+// advance by a constant stride, one base register each (and immediate offsets) instead of one
+// address per copy.
 template <int D, int R, int kThreads>
 __device__ void load_tile_async(uint16_t* smem, const uint16_t* src, int rows) {
   constexpr int kChunks = D / 8, kStride = kThreads / kChunks;
@@ -70,8 +71,8 @@ __device__ void load_tile_async(uint16_t* smem, const uint16_t* src, int rows) {
   src += size_t(r0) * D + 8 * c;
 #pragma unroll
   for (int s = 0; s < R / kStride; ++s) {
-    const bool valid = r0 + s * kStride < rows;
-    ptx::cp_async_16(dst + s * kStride * D, valid ? src + s * kStride * D : src, valid);
+    // A row past the end reads nothing (src-size 0): its address is never dereferenced.
+    ptx::cp_async_16(dst + s * kStride * D, src + s * kStride * D, r0 + s * kStride < rows);
   }
 }
 

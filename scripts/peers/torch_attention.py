@@ -28,6 +28,7 @@ def main():
     p.add_argument("--csv", required=True)
     p.add_argument("--stage", default="05_flash_v1")
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--tokens", type=int, default=0, help="B*N: when given, B = tokens / N for each N")
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--seq", default="1024,4096")
     p.add_argument("--d", type=int, default=64)
@@ -58,9 +59,10 @@ def main():
                  ("pytorch_efficient", SDPBackend.EFFICIENT_ATTENTION), ("pytorch_math", SDPBackend.MATH)],
     }
     wanted = [b for b in args.backends.split(",") if b]
-    B, H, d = args.batch, args.heads, args.d
+    H, d = args.heads, args.d
     rows = []
     for N, dtype in [(int(n), t) for n in args.seq.split(",") for t in args.dtype.split(",")]:
+        B = args.tokens // N if args.tokens else args.batch
         backends = [b for b in by_dtype["fp32" if dtype == "fp32" else "half"]
                     if not wanted or b[0].replace("pytorch_", "") in wanted]
         shape = f"B={B} H={H} N={N} d={d} causal={1 if args.causal else 0}"

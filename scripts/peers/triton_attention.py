@@ -100,6 +100,7 @@ def main():
     p.add_argument("--csv", required=True)
     p.add_argument("--stage", default="06_flash_v2")
     p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--tokens", type=int, default=0, help="B*N: when given, B = tokens / N for each N")
     p.add_argument("--heads", type=int, default=48)
     p.add_argument("--seq", default="1024,4096")
     p.add_argument("--d", type=int, default=64)
@@ -117,9 +118,10 @@ def main():
     name = torch.cuda.get_device_name(0)
     timer = Timer(torch)
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
-    B, H, d = args.batch, args.heads, args.d
+    H, d = args.heads, args.d
     rows = []
     for N, dtype in [(int(n), t) for n in args.seq.split(",") for t in args.dtype.split(",")]:
+        B = args.tokens // N if args.tokens else args.batch
         shape = f"B={B} H={H} N={N} d={d} causal={1 if args.causal else 0}"
         flops = 4.0 * B * H * N * N * d * (0.5 if args.causal else 1.0)
         g = torch.Generator(device=dev).manual_seed(N)
