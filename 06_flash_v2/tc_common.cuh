@@ -293,6 +293,10 @@ template <class T, int D, int MT>
 __device__ void write_output(const float (&o)[MT][D / 8][4], const float (&m)[MT][2], float (&l)[MT][2],
                              uint16_t* stage, const Params& p, size_t head, int row0) {
   const int lane = lane_id(), g = lane / 4, t = lane % 4;
+  // `stage` held this warp's rows of Q: every lane's reads of it (ldmatrix gathers rows that other
+  // lanes addressed) come before any lane overwrites it. (Data dependencies order them already;
+  // the barrier says so, to the reader and to compute-sanitizer's racecheck.)
+  __syncwarp();
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
