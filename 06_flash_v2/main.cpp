@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
                       std::to_string(static_cast<long long>(count_limit)) + ", else n/a)",
                   "flash_v1: stage 05's FlashAttention-1 at its largest compiled block (fp32)",
                   "max rel err: O against float64 on the rounded inputs (every head if B*H*N <= "
-                  "16384, else three; every row up to N = 2048, else 1025); the check fails on O or L; "
+                  "16384, else three; every row up to N = 2048, else 513); the check fails on O or L; "
                   "TFLOP/s from 4*B*H*N^2*d (halved when causal)"});
     char title[256];
     std::snprintf(title, sizeof title,

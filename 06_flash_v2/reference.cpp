@@ -40,7 +40,7 @@ Sample sample_rows(const Shape& s) {
   if (s.N <= 2048) {
     for (int i = 0; i < s.N; ++i) sample.rows.push_back(i);
   } else {
-    for (int r = 0; r < 1024; ++r) sample.rows.push_back(int(std::int64_t(r) * s.N / 1024));
+    for (int r = 0; r < 512; ++r) sample.rows.push_back(int(std::int64_t(r) * s.N / 512));
     sample.rows.push_back(s.N - 1);
   }
   return sample;
@@ -64,7 +64,8 @@ Reference::Reference(const Shape& s, course::Dtype dtype, const float* Q, const 
     const RowMajorD k = Eigen::Map<const RowMajorF>(K + head, N, d).cast<double>();
     const RowMajorD v = Eigen::Map<const RowMajorF>(V + head, N, d).cast<double>();
     const RowMajorD S = (q * k.transpose()) * scale;
-    RowMajorD P = RowMajorD::Zero(n, N), P_plain = RowMajorD::Zero(n, N);
+    RowMajorD P = RowMajorD::Zero(n, N), P_plain = RowMajorD::Zero(n, plain ? N : 0);
+    std::vector<double> row(plain ? N : 0);
     for (int r = 0; r < n; ++r) {
       const int visible = s.causal ? sample.rows[r] + 1 : N;
       const double m = S.row(r).head(visible).maxCoeff();
@@ -74,11 +75,11 @@ Reference::Reference(const Shape& s, course::Dtype dtype, const float* Q, const 
       P.row(r) /= l;
       L_.push_back(m + std::log(l));
       where_L_.push_back(std::size_t(h) * N + sample.rows[r]);
-      if (plain) {  // S rounded, softmax in float, P rounded
+      if (plain) {  // S rounded, the softmax of the rounded scores, P rounded
         double mp = -std::numeric_limits<double>::infinity(), lp = 0.0;
-        for (int j = 0; j < visible; ++j) mp = std::max(mp, round(S(r, j)));
-        for (int j = 0; j < visible; ++j) lp += std::exp(round(S(r, j)) - mp);
-        for (int j = 0; j < visible; ++j) P_plain(r, j) = round(std::exp(round(S(r, j)) - mp) / lp);
+        for (int j = 0; j < visible; ++j) mp = std::max(mp, row[j] = round(S(r, j)));
+        for (int j = 0; j < visible; ++j) lp += row[j] = std::exp(row[j] - mp);
+        for (int j = 0; j < visible; ++j) P_plain(r, j) = round(row[j] / lp);
         plain_L.push_back(mp + std::log(lp));
       }
     }

@@ -23,7 +23,7 @@
 namespace attention {
 
 // The rows a check compares: every head when B·H·N <= 16384, else the first, a middle and the
-// last; in each, every row when N <= 2048, else 1024 rows spread over N and the last (stage 05's).
+// last; in each, every row when N <= 2048, else 512 rows spread over N and the last.
 struct Sample {
   std::vector<int> heads, rows;
 };

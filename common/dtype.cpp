@@ -36,10 +36,10 @@ std::uint16_t float_to_fp16(float x) {
   const float a = std::fabs(x);
   if (std::isnan(x)) return sign | 0x7E00;
   if (a >= 65520.0f) return sign | 0x7C00;  // 65504 + half an ulp (32) and beyond: ±inf
-  if (a < std::ldexp(1.0f, -14)) {
+  if (a < 0x1p-14f) {
     // Subnormal (or zero): a multiple of 2^-24. nearbyint rounds to nearest, ties to even, in the
     // default rounding mode; the product is exact.
-    return sign | static_cast<std::uint16_t>(std::nearbyint(a * 16777216.0f));
+    return sign | static_cast<std::uint16_t>(std::nearbyint(a * 0x1p24f));
   }
   // Normal: keep 10 of float's 23 fraction bits, rounding to nearest even; a carry out of the
   // fraction moves the exponent up, which is the right result (up to 0x7C00 = inf, excluded above).
@@ -52,11 +52,14 @@ std::uint16_t float_to_fp16(float x) {
 }
 
 float fp16_to_float(std::uint16_t h) {
-  const float sign = (h & 0x8000) ? -1.0f : 1.0f;
-  const int exponent = (h >> 10) & 0x1F, fraction = h & 0x3FF;
-  if (exponent == 0) return sign * std::ldexp(float(fraction), -24);
-  if (exponent == 31) return fraction ? std::nanf("") : sign * INFINITY;
-  return sign * std::ldexp(float(1024 + fraction), exponent - 25);
+  const std::uint32_t sign = std::uint32_t(h & 0x8000) << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1F, fraction = h & 0x3FF;
+  if (exponent == 0) {  // zero or subnormal: fraction · 2^-24, exact in a float
+    const float a = float(fraction) * 0x1p-24f;
+    return sign ? -a : a;
+  }
+  if (exponent == 31) return float_of(sign | 0x7F800000 | (fraction << 13));  // inf, or NaN
+  return float_of(sign | ((exponent - 15 + 127) << 23) | (fraction << 13));   // normal: re-biased
 }
 
 }  // namespace
@@ -93,23 +96,30 @@ float bits_to_float(Dtype t, std::uint16_t bits) {
 }
 
 float round_to(Dtype t, float x) {
-  return t == Dtype::fp32 ? x : bits_to_float(t, float_to_bits(t, x));
+  if (t == Dtype::fp32) return x;
+  return t == Dtype::fp16 ? fp16_to_float(float_to_fp16(x)) : float_of(std::uint32_t(float_to_bf16(x)) << 16);
 }
 
+// The loops below check the dtype once and call the conversions directly (require() builds its
+// message string at every call: 30 ns a value, seconds for a large problem's inputs).
 std::vector<std::uint16_t> round_in_place(Dtype t, std::vector<float>& values) {
   std::vector<std::uint16_t> bits;
   if (t == Dtype::fp32) return bits;
   bits.resize(values.size());
+  const bool fp16 = t == Dtype::fp16;
   for (std::size_t i = 0; i < values.size(); ++i) {
-    bits[i] = float_to_bits(t, values[i]);
-    values[i] = bits_to_float(t, bits[i]);
+    bits[i] = fp16 ? float_to_fp16(values[i]) : float_to_bf16(values[i]);
+    values[i] = fp16 ? fp16_to_float(bits[i]) : float_of(std::uint32_t(bits[i]) << 16);
   }
   return bits;
 }
 
 std::vector<float> to_floats(Dtype t, const std::vector<std::uint16_t>& bits) {
+  require(t != Dtype::fp32, "to_floats: fp32 has no 16-bit form");
   std::vector<float> out(bits.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = bits_to_float(t, bits[i]);
+  const bool fp16 = t == Dtype::fp16;
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    out[i] = fp16 ? fp16_to_float(bits[i]) : float_of(std::uint32_t(bits[i]) << 16);
   return out;
 }
 
