@@ -5,8 +5,9 @@
 
 Writes DIR/<family>_io.png (bytes moved vs problem size, log-log: the model as lines, the CPU
 count and the GPU's counters as markers), DIR/<family>_speed.png (speed vs size, with the peer the
-reader would otherwise use), DIR/io_probe.png (the check of the counters) and DIR/summary.md, and
-prints the summary.
+reader would otherwise use), DIR/io_probe.png (the check of the counters), the attention figures
+(attention_*.png, flash_v1_fig2.png; stage 06: flash_v2_ladder*.png, flash_v2_vs_fa2.png,
+flash_v2_io.png) and DIR/summary.md (with stage 06's tables), and prints the summary.
 """
 import argparse
 import csv
@@ -57,6 +58,16 @@ FAMILIES = OrderedDict(
         speed="tflops",
         generic_plots=False,
     ),
+    # fp32 FA-1 and FA-2, the tensor-core ladder in fp16 and bf16 and their peers: plot_flash_v2
+    # draws the figures; the summary lists each variant once per dtype.
+    flash_v2=dict(
+        stages=["06_flash_v2"],
+        peer=None,
+        xlabel="sequence length N",
+        title="FlashAttention-2",
+        speed="tflops",
+        generic_plots=False,
+    ),
 )
 
 NUMERIC = ["size", "flops", "ms", "tflops", "gbps", "io_model_bytes", "io_counted_bytes",
@@ -78,24 +89,25 @@ def read_rows(paths):
 
 
 def merged(rows):
-    """One record per (stage, variant, shape, GPU), with the CPU-only values of the same problem
-    (the counted bytes) filled in; problems that only ran on the CPU keep a record of their own."""
+    """One record per (stage, variant, shape, dtype, GPU), with the CPU-only values of the same
+    problem (the counted bytes) filled in; problems that only ran on the CPU keep a record of their
+    own. (fp16 and bf16 rows of one shape are two problems; a CSV without a dtype column has "".)"""
     gpu, cpu = OrderedDict(), OrderedDict()
     for r in rows:
-        problem = (r["stage"], r["variant"], r["shape"])
+        problem = (r["stage"], r["variant"], r["shape"], r.get("dtype") or "")
         on_cpu = r["device"] == "cpu"
         table, key = (cpu, problem) if on_cpu else (gpu, problem + (r["device"],))
         rec = table.setdefault(key, dict(stage=r["stage"], variant=r["variant"], shape=r["shape"],
-                                         device=None if on_cpu else r["device"]))
+                                         dtype=problem[3], device=None if on_cpu else r["device"]))
         for k in NUMERIC:
             if r[k] is not None:
                 rec[k] = r[k]
     records, covered = [], set()
     for key, rec in gpu.items():
-        for k, v in cpu.get(key[:3], {}).items():
+        for k, v in cpu.get(key[:4], {}).items():
             if k in NUMERIC and rec.get(k) is None:
                 rec[k] = v
-        covered.add(key[:3])
+        covered.add(key[:4])
         records.append(rec)
     records += [rec for key, rec in cpu.items() if key not in covered]
     devices = sorted({r["device"] for r in records if r["device"]})
@@ -376,6 +388,262 @@ def plot_attention(records, out):
     return written
 
 
+# --- FlashAttention-2 and the tensor-core ladder (stage 06) -----------------------------------------
+
+FLASH_V2 = "06_flash_v2"
+# The ladder's grid, as in FA-2's benchmarks: B·N = 16384 tokens and H·d = 2048 at every N.
+LADDER_TOKENS, LADDER_WIDTH = 16384, 2048
+RUNGS = ["mma", "ldmatrix", "cp_async", "tuned"]
+PEERS_V2 = ["pytorch_flash", "pytorch_cudnn", "pytorch_efficient", "pytorch_math"]
+FLASH_V2_STYLE = OrderedDict(
+    mma=dict(color="tab:orange", marker="o", label="mma"),
+    ldmatrix=dict(color="tab:green", marker="s", label="ldmatrix"),
+    cp_async=dict(color="tab:purple", marker="^", label="cp_async"),
+    tuned=dict(color="tab:blue", marker="D", label="tuned (ours)"),
+    pytorch_flash=dict(color="black", marker="v", label="FlashAttention-2 (SDPA flash)"),
+    pytorch_cudnn=dict(color="gray", marker="P", label="cuDNN"),
+    pytorch_efficient=dict(color="tab:brown", marker="x", label="SDPA mem-efficient"),
+)
+# "IO three ways": (variant, dtype, shape) of each group of bars.
+BIG = dict(B=8, H=32, N=4096, d=64, causal=0)
+LONG = dict(B=1, H=8, N=16384, d=64, causal=0)
+SMALL = dict(B=1, H=4, N=1000, d=64, causal=0)
+IO_PICKS = [("flash_v1", "fp32", BIG), ("flash_v2", "fp32", BIG), ("flash_v1", "fp32", LONG),
+            ("flash_v2", "fp32", LONG), ("tuned", "fp16", dict(B=4, H=32, N=4096, d=64, causal=0)),
+            ("flash_v1", "fp32", SMALL), ("flash_v2", "fp32", SMALL), ("cp_async", "fp16", SMALL),
+            ("tuned", "fp16", SMALL)]
+TRITON_SHAPE = dict(B=4, H=48, d=64, causal=1)  # where our Triton FA-2 was measured (fp16)
+
+
+def v2_find(recs, variant, dtype, need="tflops", **want):
+    """The record of a variant in one cell (B, H, N, d, causal and dtype; the tiles aside) that has
+    `need`, the fastest where several do."""
+    hits = [r for r in recs if r["variant"] == variant and r["dtype"] == dtype and r.get(need) is not None
+            and all(r["fields"].get(k) == str(v) for k, v in want.items())]
+    return max(hits, key=lambda r: r.get("tflops") or 0, default=None)
+
+
+def v2_value(recs, variant, dtype, key="tflops", **want):
+    r = v2_find(recs, variant, dtype, need=key, **want)
+    return None if r is None else r[key]
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def ladder_cells(recs, dtype):
+    """(d, causal, N, B, H) of the ladder's grid that have a timed row in this dtype."""
+    cells = set()
+    for r in recs:
+        try:
+            B, H, N, d = (int(r["fields"][k]) for k in ("B", "H", "N", "d"))
+        except (KeyError, ValueError):
+            continue
+        if r["dtype"] == dtype and r.get("tflops") is not None and B * N == LADDER_TOKENS \
+                and H * d == LADDER_WIDTH:
+            cells.add((d, int(r["fields"].get("causal", 0)), N, B, H))
+    return sorted(cells)
+
+
+def cell_fields(cell):
+    d, causal, N, B, H = cell
+    return dict(B=B, H=H, N=N, d=d, causal=causal)
+
+
+def plot_ladder(recs, dtype, out, name):
+    cells = ladder_cells(recs, dtype)
+    if not cells:
+        return None
+    ds = sorted({c[0] for c in cells})
+    fig, axes = plt.subplots(len(ds), 2, figsize=(13, 4.2 * len(ds)), sharey=True, squeeze=False)
+    top = 0.0
+    for row, d in zip(axes, ds):
+        for ax, causal in zip(row, (0, 1)):
+            mine = [c for c in cells if c[0] == d and c[1] == causal]
+            for variant, st in FLASH_V2_STYLE.items():
+                pts = [(c[2], v2_value(recs, variant, dtype, **cell_fields(c))) for c in mine]
+                pts = [p for p in pts if p[1] is not None]
+                top = max([top] + [p[1] for p in pts])
+                if pts:
+                    ax.plot(*zip(*pts), marker=st["marker"], color=st["color"], label=st["label"],
+                            ls="--" if variant.startswith("pytorch") else "-")
+            ax.set_xscale("log", base=2)
+            ns = sorted({c[2] for c in cells})
+            ax.set_xticks(ns)
+            ax.set_xticklabels([str(n) for n in ns])
+            ax.set_xlim(min(ns) / 1.4, max(ns) * 1.4)
+            ax.minorticks_off()
+            ax.set_xlabel(f"sequence length N (B = {LADDER_TOKENS} / N, H = {LADDER_WIDTH // d})")
+            ax.set_title(f"d = {d}, " + ("causal" if causal else "not causal"))
+            ax.grid(True, which="both", alpha=0.3)
+        row[0].set_ylabel("TFLOP/s (4·B·H·N²·d, halved when causal)")
+    axes[0][0].set_ylim(0, top * 1.06)  # shared by all panels
+    shown = OrderedDict()  # every panel's lines, in one legend beside the top-right panel
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            shown.setdefault(label, handle)
+    axes[0][-1].legend(shown.values(), shown.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.suptitle(f"{dtype} attention forward, the ladder against its peers — {device_name(recs)}")
+    return save_figure(fig, out, name)
+
+
+def plot_vs_fa2(recs, out):
+    """Each rung's TFLOP/s as a % of FA-2's (SDPA flash) in the same cell; cuDNN as a mark."""
+    grid = {t: [c for c in ladder_cells(recs, t) if v2_find(recs, "pytorch_flash", t, **cell_fields(c))]
+            for t in ("fp16", "bf16")}
+    dtypes = [t for t in grid if grid[t]]
+    if not dtypes:
+        return None
+    fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.3 * len(dtypes)), squeeze=False)
+    width = 0.8 / len(RUNGS)
+    for ax, dtype in zip(axes[:, 0], dtypes):
+        cells = grid[dtype]
+        fa2 = [v2_value(recs, "pytorch_flash", dtype, **cell_fields(c)) for c in cells]
+        for k, variant in enumerate(RUNGS):
+            pct = [100 * (ratio(v2_value(recs, variant, dtype, **cell_fields(c)), f) or math.nan)
+                   for c, f in zip(cells, fa2)]
+            xs = [i + (k - (len(RUNGS) - 1) / 2) * width for i in range(len(cells))]
+            st = FLASH_V2_STYLE[variant]
+            bars = ax.bar(xs, pct, width, color=st["color"], label=st["label"])
+            if variant == "tuned":
+                for b, v in zip(bars, pct):
+                    if not math.isnan(v):
+                        ax.annotate(f"{v:.0f}", (b.get_x() + b.get_width() / 2, v), ha="center",
+                                    va="bottom", fontsize=7)
+        cudnn = [100 * (ratio(v2_value(recs, "pytorch_cudnn", dtype, **cell_fields(c)), f) or math.nan)
+                 for c, f in zip(cells, fa2)]
+        marks = [(i, v) for i, v in enumerate(cudnn) if not math.isnan(v)]
+        if marks:
+            ax.hlines([v for _, v in marks], [i - 0.4 for i, _ in marks], [i + 0.4 for i, _ in marks],
+                      color="gray", lw=2, label="cuDNN")
+        ax.axhline(100, color="black", lw=1, ls="--", label="FlashAttention-2 (SDPA flash) = 100 %")
+        for i in range(1, len(cells)):
+            if cells[i][:2] != cells[i - 1][:2]:
+                ax.axvline(i - 0.5, color="gray", lw=0.8, ls=":")
+        ax.set_xticks(range(len(cells)))
+        ax.set_xticklabels([f"N={c[2]}\nd={c[0]}\n" + ("causal" if c[1] else "not causal") for c in cells],
+                           fontsize=7)
+        ax.set_xlim(-0.6, len(cells) - 0.4)
+        ax.set_ylim(0, max([v for v in cudnn if not math.isnan(v)] + [120]) * 1.12)
+        ax.set_ylabel("% of FA-2's TFLOP/s")
+        ax.set_title(f"{dtype} (B·N = {LADDER_TOKENS}, H·d = {LADDER_WIDTH})")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"The ladder as a share of FlashAttention-2 in each cell — {device_name(recs)}")
+    return save_figure(fig, out, "flash_v2_vs_fa2.png")
+
+
+def plot_v2_io(recs, out):
+    """IO three ways: the model, the CPU count and the counters (SM↔L2, DRAM), for a few problems."""
+    picks = [(v, t, f, v2_find(recs, v, t, need="io_model_bytes", **f)) for v, t, f in IO_PICKS]
+    picks = [p for p in picks if p[3] is not None]
+    if not picks:
+        return None
+    kinds = [("model", "tab:blue", lambda r: r.get("io_model_bytes")),
+             ("counted (CPU)", "tab:cyan", lambda r: r.get("io_counted_bytes")),
+             ("measured SM↔L2", "tab:orange", lambda r: add(r.get("l2_read_bytes"), r.get("l2_write_bytes"))),
+             ("measured DRAM", "tab:red", lambda r: add(r.get("dram_read_bytes"), r.get("dram_write_bytes")))]
+    fig, ax = plt.subplots(figsize=(13, 5.5))
+    width = 0.8 / len(kinds)
+    for k, (label, color, value) in enumerate(kinds):
+        vals = [value(p[3]) or math.nan for p in picks]
+        xs = [i + (k - (len(kinds) - 1) / 2) * width for i in range(len(picks))]
+        bars = ax.bar(xs, vals, width, color=color, label=label)
+        for b, v in zip(bars, vals):
+            x = b.get_x() + b.get_width() / 2
+            if math.isnan(v):  # not counted (too large for the CPU) or no counters
+                ax.annotate("n/a", (x, 0.01), xycoords=("data", "axes fraction"), ha="center",
+                            va="bottom", fontsize=6, rotation=90, color=color)
+            else:
+                ax.annotate(fmt_bytes(v), (x, v), ha="center", va="bottom", fontsize=6, rotation=90)
+    for i in range(1, len(picks)):
+        if picks[i][2] != picks[i - 1][2]:
+            ax.axvline(i - 0.5, color="gray", lw=0.8, ls=":")
+    ax.set_xticks(range(len(picks)))
+    ax.set_xticklabels([f"{v} {t}\nB={f['B']} H={f['H']}\nN={f['N']} d={f['d']}" for v, t, f, _ in picks],
+                       fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylim(top=ax.get_ylim()[1] * 8)  # room for the labels
+    ax.set_ylabel("bytes read + written (not causal)")
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title(f"IO three ways: model, CPU count, hardware counters — {device_name(recs)}")
+    return save_figure(fig, out, "flash_v2_io.png")
+
+
+def plot_flash_v2(records, out):
+    recs = attention_records(records, stage=FLASH_V2)
+    if not recs:
+        return []
+    return [plot_ladder(recs, "fp16", out, "flash_v2_ladder.png"),
+            plot_ladder(recs, "bf16", out, "flash_v2_ladder_bf16.png"),
+            plot_vs_fa2(recs, out), plot_v2_io(recs, out)]
+
+
+def md_table(title, header, rows):
+    """A markdown table under a heading line, or "" without rows."""
+    if not rows:
+        return ""
+    lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def ladder_table(recs):
+    rows = []
+    for dtype in ("fp16", "bf16"):
+        for c in ladder_cells(recs, dtype):
+            v = {n: v2_value(recs, n, dtype, **cell_fields(c)) for n in RUNGS + PEERS_V2}
+            d, causal, N, B, H = c
+            rows.append([dtype, str(d), str(causal), str(N), str(B), str(H)] +
+                        [fmt(v[n], ".1f") for n in RUNGS + PEERS_V2] +
+                        [fmt(ratio(v["tuned"], v["pytorch_flash"]), ".2f"),
+                         fmt(ratio(v["tuned"], v["pytorch_cudnn"]), ".2f")])
+    return md_table(f"Stage 06 ladder: TFLOP/s, B·N = {LADDER_TOKENS}, H·d = {LADDER_WIDTH} "
+                    "(pytorch_flash is FlashAttention-2)",
+                    ["dtype", "d", "causal", "N", "B", "H"] + RUNGS + PEERS_V2 +
+                    ["tuned / FA-2", "tuned / cuDNN"], rows)
+
+
+def triton_table(recs):
+    want = dict(TRITON_SHAPE)
+    ns = sorted({int(r["fields"]["N"]) for r in recs if r["dtype"] == "fp16" and r.get("tflops") is not None
+                 and r["variant"] == "triton_fa2"
+                 and all(r["fields"].get(k) == str(v) for k, v in want.items())})
+    rows = []
+    for n in ns:
+        v = {name: v2_value(recs, name, "fp16", N=n, **want)
+             for name in ("triton_fa2", "pytorch_flash", "tuned", "pytorch_cudnn")}
+        rows.append([str(n)] + [fmt(x, ".1f") for x in v.values()] +
+                    [fmt(ratio(v["triton_fa2"], v["pytorch_flash"]), ".2f"),
+                     fmt(ratio(v["tuned"], v["pytorch_flash"]), ".2f")])
+    shape = " ".join(f"{k}={v}" for k, v in want.items())
+    return md_table(f"Triton vs FA-2: TFLOP/s, fp16, {shape}",
+                    ["N", "triton_fa2", "pytorch_flash (FA-2)", "tuned (ours)", "pytorch_cudnn",
+                     "triton / FA-2", "tuned / FA-2"], rows)
+
+
+def fp32_table(recs):
+    names = ["flash_v1", "flash_v2", "pytorch_efficient", "pytorch_math"]
+    rows = []
+    for f in (BIG, LONG):
+        got = {n: v2_find(recs, n, "fp32", **f) for n in names}
+        if not any(got.values()):
+            continue
+        cells = [f"{r['tflops']:.2f} ({r['ms']:.2f})" if r else "n/a" for r in got.values()]
+        speedup = ratio(*(got[n]["tflops"] if got[n] else None for n in ("flash_v2", "flash_v1")))
+        rows.append([str(f[k]) for k in ("B", "H", "N", "d", "causal")] + cells + [fmt(speedup, ".2f")])
+    return md_table("fp32: TFLOP/s (ms)", ["B", "H", "N", "d", "causal"] + names + ["flash_v2 / flash_v1"],
+                    rows)
+
+
+def flash_v2_tables(records):
+    """Stage 06's tables for summary.md: the ladder, Triton against FA-2, fp32."""
+    recs = attention_records(records, stage=FLASH_V2)
+    parts = [t for t in (ladder_table(recs), triton_table(recs), fp32_table(recs)) if t]
+    return "".join("\n" + t for t in parts)
+
+
 def fmt_bytes(b):
     if b is None:
         return "n/a"
@@ -389,32 +657,44 @@ def fmt(v, spec):
     return "n/a" if v is None else format(v, spec)
 
 
+def largest(mine):
+    """The record with the largest size that was timed (or counted, without a GPU)."""
+    timed = [r for r in mine if r.get("ms") is not None]
+    return max(timed or mine, key=lambda r: (r.get("size") or 0, r.get("flops") or 0))
+
+
+def summary_row(name, best, peer, metric):
+    ratio = (best[metric] / peer[metric]) if peer and best.get(metric) else None
+    l2 = add(best.get("l2_read_bytes"), best.get("l2_write_bytes"))
+    dram = add(best.get("dram_read_bytes"), best.get("dram_write_bytes"))
+    model = best.get("io_model_bytes")
+    return "| " + " | ".join([
+        best["stage"], name, best["shape"], fmt(best.get("ms"), ".3f"),
+        fmt(best.get("tflops"), ".2f"), fmt(best.get("gbps"), ".0f"), fmt(ratio, ".2f"),
+        fmt_bytes(model), fmt_bytes(l2), fmt(l2 / model if l2 and model else None, ".3f"),
+        fmt_bytes(dram), fmt(dram / model if dram and model else None, ".3f"),
+        fmt(best.get("max_rel_err"), ".1e")]) + " |"
+
+
 def summary(records):
-    """Per family and variant, the largest size that was timed (or counted, without a GPU)."""
+    """Per family, variant and dtype, the largest size that was timed (or counted, without a GPU);
+    the dtype goes next to the variant in families that have several."""
     lines = [f"Device: {device_name(records)}", "",
              "| stage | variant | shape | ms | TFLOP/s | GB/s | × peer | model | measured SM↔L2 "
              "| SM↔L2 / model | DRAM r+w | DRAM / model | max rel err |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for family, spec in FAMILIES.items():
         metric = spec["speed"]
-        peers = {r["shape"]: r for r in records
+        peers = {(r["shape"], r["dtype"]): r for r in records
                  if spec["peer"] and (r["stage"], r["variant"]) == spec["peer"] and r.get(metric)}
-        for stage, variant in variants_of(records, spec):
+        variants = variants_of(records, spec)
+        several = len({r["dtype"] for r in records if (r["stage"], r["variant"]) in variants}) > 1
+        for stage, variant in variants:
             mine = [r for r in records if r["stage"] == stage and r["variant"] == variant]
-            timed = [r for r in mine if r.get("ms") is not None]
-            pool = timed or mine
-            best = max(pool, key=lambda r: (r.get("size") or 0, r.get("flops") or 0))
-            peer = peers.get(best["shape"])
-            ratio = (best[metric] / peer[metric]) if peer and best.get(metric) else None
-            l2 = add(best.get("l2_read_bytes"), best.get("l2_write_bytes"))
-            dram = add(best.get("dram_read_bytes"), best.get("dram_write_bytes"))
-            model = best.get("io_model_bytes")
-            lines.append("| " + " | ".join([
-                stage, variant, best["shape"], fmt(best.get("ms"), ".3f"),
-                fmt(best.get("tflops"), ".2f"), fmt(best.get("gbps"), ".0f"), fmt(ratio, ".2f"),
-                fmt_bytes(model), fmt_bytes(l2), fmt(l2 / model if l2 and model else None, ".3f"),
-                fmt_bytes(dram), fmt(dram / model if dram and model else None, ".3f"),
-                fmt(best.get("max_rel_err"), ".1e")]) + " |")
+            for dtype in OrderedDict.fromkeys(r["dtype"] for r in mine):
+                best = largest([r for r in mine if r["dtype"] == dtype])
+                name = f"{variant} ({dtype})" if several and dtype else variant
+                lines.append(summary_row(name, best, peers.get((best["shape"], dtype)), metric))
     probe = [r for r in records if r["stage"] == "io_probe"]
     if probe:
         lines += ["", "| io_probe: bytes copied | GB/s | DRAM read | DRAM write | L2 read | L2 write |",
@@ -443,7 +723,8 @@ def main():
         written += [plot_io(records, family, spec, args.out), plot_speed(records, family, spec, args.out)]
     written.append(plot_io_probe(records, args.out))
     written += plot_attention(records, args.out)
-    text = summary(records)
+    written += plot_flash_v2(records, args.out)
+    text = summary(records) + flash_v2_tables(records)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)
     print(text)

@@ -15,10 +15,36 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$bin/01_naive_matmul" --no-gpu --sizes 64,96 --csv "$out/r.csv" >/dev/null 2>&1
 "$bin/02_tiled_matmul" --no-gpu --sizes 64,96 --csv "$out/r.csv" >/dev/null 2>&1
+"$bin/06_flash_v2" --no-gpu --heads 1 --seq 64 --csv "$out/r.csv" >/dev/null 2>&1
 "$py" "$here/report.py" "$out/r.csv" --out "$out" >"$out/summary.txt"
 for f in matmul_io.png summary.md; do
   [ -s "$out/$f" ] || { echo "report.py did not write $f"; exit 1; }
 done
 grep -q "02_tiled_matmul | register_blocked" "$out/summary.md" || { echo "summary lacks a row"; exit 1; }
+for v in "tuned (fp16)" "tuned (bf16)" "flash_v2 (fp32)"; do
+  grep -qF "06_flash_v2 | $v |" "$out/summary.md" || { echo "summary lacks 06_flash_v2 $v"; exit 1; }
+done
 [ "$(grep -c '^01_naive_matmul,' "$out/r.csv")" -eq 4 ] || { echo "unexpected CSV rows"; exit 1; }
+
+# Stage 06 with GPU rows (made up): fp16 and bf16 of one shape stay apart, the ladder's table and
+# figures appear, and a CPU row's count joins the GPU row of its problem.
+mkdir "$out/gpu"
+h="B=4 H=32 N=4096 d=64 causal=0"
+g="NVIDIA Test GPU"
+cat >"$out/gpu/r.csv" <<CSV
+stage,variant,device,dtype,shape,size,flops,ms,tflops,gbps,io_model_bytes,io_counted_bytes,dram_read_bytes,dram_write_bytes,l2_read_bytes,l2_write_bytes,peak_mem_bytes,max_rel_err
+06_flash_v2,tuned,$g,fp16,$h Br=128 Bc=64,4096,549755813888,0.458,300,,1210056704,,201364224,62760192,1140850688,69206016,,0.0005
+06_flash_v2,tuned,$g,bf16,$h Br=128 Bc=64,4096,549755813888,0.687,200,,1210056704,,201364224,62760192,1140850688,69206016,,0.004
+06_flash_v2,tuned,cpu,fp16,$h Br=128 Bc=64,4096,549755813888,,,,1210056704,1210056704,,,,,,0.0005
+06_flash_v2,pytorch_flash,$g,fp16,$h,4096,549755813888,0.55,250,,,,,,,,,0.0005
+CSV
+"$py" "$here/report.py" "$out/gpu/r.csv" --out "$out/gpu" >"$out/gpu/summary.txt"
+for f in flash_v2_ladder.png flash_v2_ladder_bf16.png flash_v2_vs_fa2.png flash_v2_io.png; do
+  [ -s "$out/gpu/$f" ] || { echo "report.py did not write $f"; exit 1; }
+done
+grep -qF "| fp16 | 64 | 0 | 4096 | 4 | 32 | n/a | n/a | n/a | 300.0 | 250.0 |" "$out/gpu/summary.md" &&
+  grep -qF "| bf16 | 64 | 0 | 4096 | 4 | 32 | n/a | n/a | n/a | 200.0 | n/a |" "$out/gpu/summary.md" ||
+  { echo "the stage 06 ladder table is wrong"; exit 1; }
+[ "$(grep -c '^| 06_flash_v2 | tuned' "$out/gpu/summary.md")" -eq 2 ] ||
+  { echo "the CPU row of tuned fp16 did not join its GPU row"; exit 1; }
 echo "report.py: figures and summary written"
