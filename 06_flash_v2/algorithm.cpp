@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "check.hpp"
+#include "counted_tensor.hpp"
 
 namespace attention {
 
@@ -13,53 +14,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int kLRowsPerStore = 8;  // a warp writes L for 8 consecutive rows per store instruction
-
-// Sectors touched by the 4-byte values [first, first + n) of an array starting on a sector.
-double float_sectors(std::size_t first, std::size_t n) {
-  return n == 0 ? 0.0 : double((first + n - 1) / 8 - first / 8 + 1);
-}
-
-// The storage of one tensor as the counting view sees it: floats, or the 16-bit values' bits.
-struct Stored {
-  course::Dtype dtype;
-  std::vector<float> f;
-  std::vector<std::uint16_t> h;
-  Stored(course::Dtype t, const float* values, std::size_t n) : dtype(t) {
-    if (t == course::Dtype::fp32) {
-      f.assign(values, values + n);
-    } else {
-      h.resize(n);
-      for (std::size_t i = 0; i < n; ++i) h[i] = course::float_to_bits(t, values[i]);
-    }
-  }
-};
-
-// A row (or rows) of `dtype` values through the counting view, converted to floats.
-class Tensor {
- public:
-  Tensor(course::Hbm& hbm, Stored& data)
-      : data_(data),
-        f_(hbm.wrap(data.f.data(), data.f.size())),
-        h_(hbm.wrap(data.h.data(), data.h.size())) {}
-  void load(std::size_t first, std::size_t n, float* out) {
-    if (data_.dtype == course::Dtype::fp32) return f_.load(first, n, out);
-    buffer_.resize(n);
-    h_.load(first, n, buffer_.data());
-    for (std::size_t k = 0; k < n; ++k) out[k] = course::bits_to_float(data_.dtype, buffer_[k]);
-  }
-  void store(std::size_t first, std::size_t n, const float* in) {
-    if (data_.dtype == course::Dtype::fp32) return f_.store(first, n, in);
-    buffer_.resize(n);
-    for (std::size_t k = 0; k < n; ++k) buffer_[k] = course::float_to_bits(data_.dtype, in[k]);
-    h_.store(first, n, buffer_.data());
-  }
-
- private:
-  Stored& data_;
-  course::GlobalArray<float> f_;
-  course::GlobalArray<std::uint16_t> h_;
-  std::vector<std::uint16_t> buffer_;
-};
 
 // Keys that query block i reads: whole key blocks, but not past N.
 int keys_read(const Shape& s, Tiles t, int i) { return std::min(s.N, key_blocks(s, t, i) * t.Bc); }
@@ -132,8 +86,7 @@ course::IoCount flash_v2_counted(const Shape& s, course::Dtype dtype, Tiles t, c
         gL.store(stats + r, std::min(kLRowsPerStore, rows - r), &Li[r]);
     }
   }
-  for (std::size_t x = 0; x < s.elements(); ++x)
-    O[x] = rounds ? course::bits_to_float(dtype, o.h[x]) : o.f[x];
+  o.copy_to(O);
   std::copy(l_out.begin(), l_out.end(), L);
   return hbm.count();
 }
