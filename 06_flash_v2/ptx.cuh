@@ -104,10 +104,45 @@ __device__ inline void cp_async_16(void* smem, const void* global, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
                "r"(valid ? 16 : 0));
 }
+// The 4-byte form (.ca: sizes 4 and 8 must be cached in L1 too) for arrays of floats whose rows
+// need not start on 16 bytes, such as stage 07's L and D.
+__device__ inline void cp_async_4(void* smem, const void* global, bool valid) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address), "l"(global),
+               "r"(valid ? 4 : 0));
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int n>
 __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(n));
+}
+
+// --- red: add to global memory, in L2 -------------------------------------------------------------
+// PTX ISA, "Parallel synchronization and communication instructions" › "red":
+//   red.global.add.f32 [a], b;   and on sm_90 the vector form  red.global.v2.f32.add [a], {b0, b1};
+// The SM sends the values and L2 performs the add; nothing returns, so no register waits for it.
+// Stage 07 adds each thread block's share of dQ so. A lane's two accumulators of an mma C tile
+// are neighbours (columns 2t, 2t+1): the vector form sends both in one request, and a warp's
+// request covers 8 rows × 8 floats, whole 32-byte sectors (the scalar form covers each sector
+// twice, in two requests of half of it).
+__device__ inline void red_add_f32x2(float* global, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.v2.f32.add [%0], {%1, %2};\n" ::"l"(global), "f"(a), "f"(b) : "memory");
+#else
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(global), "f"(a) : "memory");
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(global + 1), "f"(b) : "memory");
+#endif
+}
+// Four neighbours (16 bytes, aligned): red.global.v4.f32.add on sm_90.
+__device__ inline void red_add_f32x4(float* global, float4 v) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.v4.f32.add [%0], {%1, %2, %3, %4};\n" ::"l"(global), "f"(v.x), "f"(v.y), "f"(v.z),
+               "f"(v.w)
+               : "memory");
+#else
+  red_add_f32x2(global, v.x, v.y);
+  red_add_f32x2(global + 2, v.z, v.w);
+#endif
 }
 
 // --- the swizzle: where 16-byte chunk c of row r of a tile lives in shared memory ---------------
