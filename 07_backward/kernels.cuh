@@ -1,0 +1,35 @@
+// Stage 07's kernels (device pointers, the layout of algorithm.hpp). Defined only in a CUDA build.
+// Every launcher checks the problem and throws UsageError for what its kernel does not take.
+#pragma once
+
+#include "algorithm.hpp"
+#include "dtype.hpp"
+
+namespace attention {
+
+// The pointers of one backward pass. Q, K, V, O, dO, dQ, dK, dV hold values of the run's dtype;
+// L (the forward's logsumexp), D and dQacc are floats. dQacc: the atomic variants only.
+struct BackwardArgs {
+  const void *Q, *K, *V, *O, *dO;
+  const float* L;
+  float* D;
+  float* dQacc;
+  void *dQ, *dK, *dV;
+};
+
+// D = rowsum(dO ∘ O), one float a row; and dQacc = 0 when dQacc is not null (preprocess.cu).
+void launch_backward_preprocess(const Shape& s, course::Dtype t, const BackwardArgs& a);
+// dQ = scale·dQacc, in the dtype (preprocess.cu).
+void launch_dq_convert(const Shape& s, course::Dtype t, const BackwardArgs& a);
+
+// The key-outer pass in fp32 on the CUDA cores: dK, dV, and dQ's shares added into dQacc
+// (kernels_fp32.cu). d = 32, 64, 128.
+void launch_flash_backward_fp32(const Shape& s, const BackwardArgs& a);
+
+// The key-outer pass on the tensor cores, fp16 or bf16, d = 64 or 128 (tc_backward.cu). With
+// a.dQacc it adds dQ's shares there; with a.dQacc null it leaves dQ to launch_flash_backward_dq.
+void launch_flash_backward_tc(const Shape& s, course::Dtype t, const BackwardArgs& a);
+// The deterministic variant's dQ: a query-outer pass, dQ_i summed on chip and written once.
+void launch_flash_backward_dq(const Shape& s, course::Dtype t, const BackwardArgs& a);
+
+}  // namespace attention

@@ -1,0 +1,199 @@
+// 07_backward: FlashAttention's backward pass with recompute, in fp32 on the CUDA cores and on the
+// tensor cores in fp16 and bf16 (atomic and deterministic dQ). For every run: the model of its
+// bytes, the CPU count, a check of dQ, dK and dV against float64, the median time of the backward
+// pass (its forward, stage 06's, runs once before, untimed), the hardware counters and the peak
+// device memory. docs/07_backward.md explains.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "algorithm.hpp"
+#include "bench.hpp"
+#include "check.hpp"
+#include "dtype.hpp"
+#include "gpu.hpp"
+#include "options.hpp"
+#include "problem.hpp"
+#include "reference.hpp"
+#include "variants.hpp"
+#if COURSE_HAS_CUDA
+#include "device_run.hpp"
+#endif
+
+using namespace attention;
+using course::Dtype;
+
+namespace {
+
+// --dump: the inputs and each variant's gradients as raw float32, for scripts/peers/check_backward.py.
+struct Dump {
+  std::string dir;
+  std::vector<std::string> variants;
+  void write(const std::string& name, const std::vector<float>& x) const {
+    std::ofstream f(dir + "/" + name, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * sizeof(float)));
+    course::require(bool(f), "--dump: cannot write " + dir + "/" + name);
+  }
+  void meta(const Shape& s, Dtype t) const {
+    std::ofstream f(dir + "/meta.json");
+    f << "{\"B\": " << s.B << ", \"H\": " << s.H << ", \"N\": " << s.N << ", \"d\": " << s.d
+      << ", \"causal\": " << (s.causal ? 1 : 0) << ", \"dtype\": \"" << course::name(t) << "\", \"variants\": [";
+    for (std::size_t i = 0; i < variants.size(); ++i) f << (i ? ", " : "") << '"' << variants[i] << '"';
+    f << "]}\n";
+    course::require(bool(f), "--dump: cannot write " + dir + "/meta.json");
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"07_backward: FlashAttention's backward pass with recompute, fp32 and tensor cores (fp16, bf16)"};
+  course::CommonOptions options;
+  Shape base;
+  base.H = 2;
+  std::vector<int> seq = {256, 1000};
+  std::vector<std::string> dtype_names = {"fp32", "fp16", "bf16"};
+  float q_scale = 1.0f;
+  double count_limit = double(1 << 28);
+  int tokens = 0, check_heads = 3;
+  std::string dump_dir;
+  course::add_common_options(app, options);
+  app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
+  app.add_option("--tokens", tokens, "Tokens B*N: when given, B = tokens / N for each N")->check(course::whole_number(1));
+  app.add_option("--heads", base.H, "Heads H")->check(course::whole_number(1))->capture_default_str();
+  app.add_option("--seq", seq, "Sequence lengths N, comma-separated")
+      ->delimiter(',')
+      ->check(course::whole_number(1))
+      ->capture_default_str();
+  app.add_option("--d", base.d, "Head dimension d (32: fp32 only; 64, 128)")
+      ->check(CLI::IsMember({32, 64, 128}))
+      ->capture_default_str();
+  app.add_flag("--causal", base.causal, "Causal mask: query i sees keys j <= i");
+  app.add_option("--dtype", dtype_names, "Element types to run, comma-separated (fp32, fp16, bf16)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--q-scale", q_scale, "Multiply Q by this (10-30 makes logits that overflow a naive exp)")
+      ->check(course::number(0.0))
+      ->capture_default_str();
+  app.add_option("--count-limit", count_limit, "Run the CPU counting versions only when B*H*N*N*d is at most this")
+      ->check(course::number(0.0))
+      ->capture_default_str();
+  app.add_option("--check-heads", check_heads,
+                 "Heads the float64 reference computes when B*H*N > 16384 (first, middle, last)")
+      ->check(CLI::Range(1, 3))
+      ->capture_default_str();
+  app.add_option("--dump", dump_dir,
+                 "Write the inputs and every GPU variant's gradients to this (existing) directory as raw "
+                 "float32, for scripts/peers/check_backward.py (one N and one dtype)");
+  if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
+
+  return course::run_program("07_backward", [&]() -> int {
+    course::finish_common_options(options, course::names_of(bwd_variants()));
+    require_supported(base);
+    course::require(dump_dir.empty() || (seq.size() == 1 && dtype_names.size() == 1),
+                    "--dump takes one N (--seq) and one dtype (--dtype)");
+    std::vector<Dtype> dtypes;
+    for (const auto& name : dtype_names) dtypes.push_back(course::parse_dtype(name));
+    course::Bench bench("07_backward", options);
+    std::vector<std::string> notes;
+
+    for (int N : seq) {
+      Shape s = base;
+      s.N = N;
+      if (tokens > 0) {
+        course::require(tokens % N == 0, "--tokens " + std::to_string(tokens) + " is not a multiple of N = " + std::to_string(N));
+        s.B = tokens / N;
+      }
+      require_supported(s);
+      for (Dtype t : dtypes) {
+        std::vector<const BwdVariant*> runs;
+        for (const auto& v : bwd_variants())
+          if (v.supports(t, s.d) && course::selected(options, v.name)) runs.push_back(&v);
+        if (runs.empty()) continue;
+        course::require_fits(10.0 * double(s.elements()) * 4.0, 0.0, "the inputs of " + s.text());
+        const std::string problem = s.text() + " " + course::name(t);
+        bench.progress(problem, "inputs and the float64 reference");
+        const BackwardInputs in = make_backward_inputs(s, t, options.seed, q_scale);
+        const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data(), check_heads);
+        const bool count = double(s.heads()) * N * double(N) * s.d <= count_limit;
+        std::vector<float> O, L;  // the CPU forward (stage 06), once, for the counts
+        std::map<std::string, std::pair<course::IoCount, course::Comparison>> counted;
+        Dump dump{dump_dir, {}};
+        if (!dump_dir.empty()) {
+          dump.write("Q.bin", in.fwd.Q), dump.write("K.bin", in.fwd.K), dump.write("V.bin", in.fwd.V);
+          dump.write("dO.bin", in.dO);
+        }
+
+        for (const BwdVariant* v : runs) {
+          const BackwardPlan& plan = v->plan;
+          std::string blocks = " Br=" + std::to_string(plan.kv.Br) + " Bc=" + std::to_string(plan.kv.Bc);
+          course::Row row = bench.row(v->name, s.text() + blocks);
+          row.dtype = course::name(t);
+          row.size = N;
+          row.flops = backward_flops(s);
+          row.io_model_bytes = flash_backward_model_bytes(s, t, plan);
+          if (count) {
+            const std::string key = blocks + (plan.deterministic ? " det" : "");
+            if (!counted.count(key)) {
+              if (O.empty()) {
+                bench.progress(problem, "the forward on the CPU (stage 06), for the counts");
+                O.assign(s.elements(), NAN), L.assign(std::size_t(s.heads()) * N, NAN);
+                flash_v2_counted(s, t, Tiles{128, 64}, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), O.data(), L.data());
+              }
+              bench.progress(problem, v->name + ": counting IO on the CPU");
+              std::vector<float> dQ(s.elements(), NAN), dK(s.elements(), NAN), dV(s.elements(), NAN);
+              const auto io = flash_backward_counted(s, t, plan, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
+                                                     O.data(), in.dO.data(), L.data(), dQ.data(), dK.data(), dV.data());
+              counted[key] = {io, ref.check_all(dQ.data(), dK.data(), dV.data())};
+            }
+            bench.record_counted(row, counted[key].first, counted[key].second);
+          }
+#if COURSE_HAS_CUDA
+          if (bench.use_gpu()) {
+            const double device = flash_backward_device_bytes(s, t, plan.deterministic);
+            try {
+              course::require_fits(0.0, device, v->name + " " + s.text());
+            } catch (const course::ResourceError& e) {
+              row.device = course::device_label();
+              notes.push_back(v->name + " " + problem + ": not run, out of device memory (" + e.what() + ")");
+              bench.add(row);
+              continue;
+            }
+            course::reset_device_peak();
+            BackwardDeviceRun dev(s, t, in, !plan.deterministic);
+            dev.forward(s);
+            dev.poison();
+            bench.measure_gpu(row, [&] { v->launch(s, t, dev.args()); }, [&] {
+              const auto dQ = dev.dQ(), dK = dev.dK(), dV = dev.dV();
+              if (!dump_dir.empty()) {
+                dump.write(v->name + ".dQ.bin", dQ), dump.write(v->name + ".dK.bin", dK), dump.write(v->name + ".dV.bin", dV);
+                dump.variants.push_back(v->name);
+              }
+              return ref.check_all(dQ.data(), dK.data(), dV.data());
+            });
+          }
+#endif
+          bench.add(row);
+        }
+        if (!dump_dir.empty()) dump.meta(s, t);
+      }
+    }
+    notes.insert(notes.begin(),
+                 {"model: the chapter's formula for bytes between the SMs and L2 (the backward pass only: "
+                  "preprocess, main pass(es), dQ); counted: the CPU run through the counting view "
+                  "(B*H*N*N*d <= " + std::to_string(static_cast<long long>(count_limit)) + ", else n/a)",
+                  "max rel err: the gradient (dQ, dK or dV) closest to its tolerance, against float64 on the "
+                  "rounded inputs (every head if B*H*N <= 16384, else " + std::to_string(check_heads) +
+                      "); TFLOP/s from 2.5 * 4*B*H*N^2*d (halved when causal)"});
+    char title[256];
+    std::snprintf(title, sizeof title,
+                  "07_backward on %s, Q, K, V, dO uniform in [-1, 2) (Q times %g), seed %llu (repeat with --seed %llu)",
+                  course::device_label().c_str(), double(q_scale), static_cast<unsigned long long>(options.seed),
+                  static_cast<unsigned long long>(options.seed));
+    return bench.finish(title, notes);
+  });
+}

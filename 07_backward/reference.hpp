@@ -1,0 +1,64 @@
+// The float64 reference of stage 07 (Eigen): the gradients dQ, dK and dV of attention, on the
+// inputs as they are stored (already rounded to the dtype), and the tolerance each dtype is held to.
+//
+// The formula, for one head, with scale = 1/√d (docs/07_backward.md derives it):
+//   S = scale·Q·Kᵀ (causal: −∞ above the diagonal)   P = softmax(S) by rows   O = P·V
+//   dV = Pᵀ·dO    dP = dO·Vᵀ    D = rowsum(dO ∘ O)    dS = P ∘ (dP − D)
+//   dQ = scale·dS·K    dK = scale·dSᵀ·Q
+// BackwardReference computes it for whole heads; finite_difference() checks it (test_cpu.cpp) against
+// central differences of the loss Σ dO ∘ O, so that every later check rests on a verified formula.
+//
+// Tolerance. fp16 and bf16: FlashAttention-2's own rule, as stage 06 applies it to O: the same
+// formula computed plainly in the dtype, every tensor a framework keeps rounded to it (S, P, O,
+// dP, dS, and dQ, dK, dV; D from the rounded O, as FlashAttention takes O from its forward), has
+// some error against float64; a kernel passes when its error on each gradient is at most twice
+// that, and never below the dtype's unit roundoff. fp32: stage 06's bound on O (the sums'
+// rounding and 8 ulps of the largest score), four times: dP − D cancels most of dP's common part,
+// and the gradients are two more sums of N terms; for dQ also D's share of O's error, which is
+// common to a row of dS while dQ = scale·dS·K cancels (docs/07_backward.md derives both).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "algorithm.hpp"
+#include "compare.hpp"
+#include "dtype.hpp"
+
+namespace attention {
+
+// Central finite differences of the loss f = Σ dO ∘ O with respect to one input element, in
+// float64 (which: 0 = Q, 1 = K, 2 = V; `index` within the layout).
+double finite_difference(const Shape& s, const double* Q, const double* K, const double* V,
+                         const double* dO, int which, std::size_t index, double step);
+// The same gradient element from the formula above, on float64 inputs.
+double formula_gradient(const Shape& s, const double* Q, const double* K, const double* V,
+                        const double* dO, int which, std::size_t index);
+
+// The reference of one problem, computed once and used for every variant run on it: every head
+// when B·H·N <= 16384, else `max_heads` of them (first, middle, last).
+class BackwardReference {
+ public:
+  BackwardReference(const Shape& s, course::Dtype dtype, const float* Q, const float* K,
+                    const float* V, const float* dO, int max_heads = 3);
+
+  // A run's gradient (all B·H·N·d values, as floats) against the reference. which: 0 dQ, 1 dK, 2 dV.
+  course::Comparison check(int which, const float* grad) const;
+  // All three: fails if any fails, with the failing gradients' mismatches.
+  course::Comparison check_all(const float* dQ, const float* dK, const float* dV) const;
+
+  double tolerance(int which) const { return tol_[which]; }
+  double plain_error(int which) const { return plain_[which]; }  // 0 for fp32
+  const std::vector<int>& heads() const { return heads_; }
+
+ private:
+  Shape s_;
+  std::vector<int> heads_;
+  std::vector<double> ref_[3];
+  std::vector<std::size_t> where_;
+  double tol_[3] = {0, 0, 0}, plain_[3] = {0, 0, 0};
+};
+
+constexpr const char* kGradientNames[3] = {"dQ", "dK", "dV"};
+
+}  // namespace attention

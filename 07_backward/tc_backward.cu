@@ -1,0 +1,344 @@
+// FlashAttention's backward pass on the tensor cores (fp16, bf16; d = 64, 128), with stage 06's
+// building blocks: mma.sync m16n8k16, ldmatrix from swizzled tiles, cp.async double buffering.
+//
+// What changed from the fp32 kernel (kernels_fp32.cu): the five products run as mma's, and the
+// block's roles are split by warp so that three of them never leave the registers. Warp w owns the
+// keys 16·w .. 16·w+15 of the key block (Bc = 64, 4 warps), and computes the transposed scores
+//   Sᵀ = K_w·Q_iᵀ  and  dPᵀ = V_w·dO_iᵀ          (16 keys × Br queries: stage 06's Q·Kᵀ, roles swapped)
+// so that Pᵀ and dSᵀ come out of the accumulators already in the layout of an mma's A operand:
+//   dV_w += Pᵀ·dO_i  and  dK_w += dSᵀ·Q_i         (stage 06's P·V, with dO_i and Q_i for V)
+// with P and dS never in shared memory. Only dQ_i's share dS·K_j sums over the keys of all four
+// warps: dSᵀ goes to shared memory once (8 KB), and warp w computes query rows 16·w .. +15 of it,
+// then adds them into dQacc with red.global.add (ptx::red_add_f32x4, 16 bytes a lane).
+// Q_i, dO_i, L_i and D_i of step i+1 arrive by cp.async while step i computes.
+//
+// The deterministic variant (kAtomic = false) drops dQ here, and flash_backward_dq computes it in
+// a query-outer pass of its own: stage 06's forward loop, with dS·K_j summed in registers and dQ_i
+// written once. Its cost: S, P, dP and dS computed twice (3.5 instead of 2.5 forward FLOPs) and
+// K, V read once per query block.
+//
+// IO (flash_backward_model_bytes with Tiles {64, 64}): per (i, j) pair Q_i, dO_i read (2·e·Br·d)
+// and Br·d floats added into dQacc; K, V, dK, dV once.
+#include "../06_flash_v2/tc_common.cuh"
+#include "check.hpp"
+#include "kernels.cuh"
+
+namespace attention {
+namespace bwd {
+
+using namespace attention::tc;
+
+template <int D>
+struct KeyOuter {
+  static constexpr int Br = kTcTiles.Br, Bc = kTcTiles.Bc, kThreads = 128;
+  static constexpr int NT = Br / 8, DT = D / 8;
+  static_assert(Bc == 16 * (kThreads / 32) && Br == 64, "one warp per 16 keys; dSᵀ rows of 64 queries");
+  static constexpr bool kFragsInRegisters = D == 64;  // K_w and V_w's A fragments (d = 128: from smem)
+  // K, V [Bc][D]; Q, dO [2][Br][D]; dSᵀ [Bc][Br] (halves); L, D [2][Br] (floats)
+  static constexpr int kHalves = 2 * Bc * D + 4 * Br * D + Bc * Br;
+  static constexpr size_t kBytes = 2 * size_t(kHalves) + 4 * 4 * Br;
+};
+
+// Br floats of L and D from row0 into shared memory, 4 bytes a thread (their rows need not start
+// on 16 bytes), rows past N zero-filled: with Q and dO zero there too, those rows add nothing.
+template <int Br>
+__device__ void load_stats_async(float* Ls, float* Ds, const float* L, const float* Dv, int rows) {
+  if (threadIdx.x < Br) {
+    const bool in = int(threadIdx.x) < rows;
+    ptx::cp_async_4(Ls + threadIdx.x, L + threadIdx.x, in);
+    ptx::cp_async_4(Ds + threadIdx.x, Dv + threadIdx.x, in);
+  }
+}
+
+template <class T, int D, bool kAtomic>
+__global__ void __launch_bounds__(128, 2) flash_backward_kv(Params p, const uint16_t* __restrict__ dO,
+                                                            const float* __restrict__ L, const float* __restrict__ Dv,
+                                                            float* __restrict__ dQacc, uint16_t* __restrict__ dK,
+                                                            uint16_t* __restrict__ dV) {
+  using F = KeyOuter<D>;
+  constexpr int Br = F::Br, Bc = F::Bc, NT = F::NT, DT = F::DT;
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* Ks = smem;
+  uint16_t* Vs = Ks + Bc * D;
+  auto Qs = [&](int b) { return Vs + Bc * D + b * 2 * Br * D; };
+  auto dOs = [&](int b) { return Qs(b) + Br * D; };
+  uint16_t* dSt = Vs + Bc * D + 4 * Br * D;  // dSᵀ: [key][query]
+  float* stats = reinterpret_cast<float*>(dSt + Bc * Br);
+  auto Ls = [&](int b) { return stats + b * 2 * Br; };
+  auto Ds = [&](int b) { return Ls(b) + Br; };
+  const int warp = threadIdx.x / 32, lane = lane_id(), g = lane / 4, t = lane % 4;
+  const int j = blockIdx.x, key0 = j * Bc;
+  const size_t head = size_t(blockIdx.y) * p.N * D, stat0 = size_t(blockIdx.y) * p.N;
+  const float c = p.scale * 1.4426950408889634f, log2e = 1.4426950408889634f;
+  auto fetch = [&](int i, int b) {  // Q_i, dO_i, L_i, D_i into buffer b
+    const int row0 = i * Br, rows = p.N - row0;
+    load_tile_async<D, Br, 128>(Qs(b), p.Q + head + size_t(row0) * D, rows);
+    load_tile_async<D, Br, 128>(dOs(b), dO + head + size_t(row0) * D, rows);
+    load_stats_async<Br>(Ls(b), Ds(b), L + stat0 + row0, Dv + stat0 + row0, rows);
+    ptx::cp_async_commit();
+  };
+
+  const int first = first_query_block(Br, Bc, p.causal, j), Tr = (p.N + Br - 1) / Br;
+  load_tile_async<D, Bc, 128>(Ks, p.K + head + size_t(key0) * D, p.N - key0);
+  load_tile_async<D, Bc, 128>(Vs, p.V + head + size_t(key0) * D, p.N - key0);
+  fetch(first, 0);
+
+  uint32_t kf[1][F::kFragsInRegisters ? D / 16 : 1][4], vf[1][F::kFragsInRegisters ? D / 16 : 1][4];
+  float dk[1][DT][4] = {}, dv[1][DT][4] = {};
+  for (int i = first; i < Tr; ++i) {
+    const int b = (i - first) & 1, row0 = i * Br;
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // step i's tiles are visible; every warp is done with step i−1 (its buffer, dSᵀ)
+    if (i + 1 < Tr) fetch(i + 1, b ^ 1);
+    if constexpr (F::kFragsInRegisters) {
+      if (i == first) load_q_ldmatrix<D, 1>(kf, Ks, 16 * warp), load_q_ldmatrix<D, 1>(vf, Vs, 16 * warp);
+    }
+
+    // Sᵀ = K_w·Q_iᵀ and dPᵀ = V_w·dO_iᵀ: 16 keys × Br queries each.
+    float St[1][NT][4] = {}, dPt[1][NT][4] = {};
+    if constexpr (F::kFragsInRegisters) {
+      qk_ldmatrix<T, D, 1, NT>(St, kf, Qs(b));
+      qk_ldmatrix<T, D, 1, NT>(dPt, vf, dOs(b));
+    } else {
+      qk_smem_q<T, D, 1, NT>(St, Ks, 16 * warp, Qs(b));
+      qk_smem_q<T, D, 1, NT>(dPt, Vs, 16 * warp, dOs(b));
+    }
+
+    // Pᵀ = exp(scale·Sᵀ − L) (the forward's P, recomputed) and dSᵀ = Pᵀ ∘ (dPᵀ − D). St[0][n][e]
+    // is key 16·w + g (+8 for e >= 2), query 8·n + 2t + e % 2 of the block.
+    const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const float2 Lq = *reinterpret_cast<const float2*>(Ls(b) + 8 * n + 2 * t);
+      const float2 Dq = *reinterpret_cast<const float2*>(Ds(b) + 8 * n + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float Le = (e % 2 ? Lq.y : Lq.x) * log2e, De = e % 2 ? Dq.y : Dq.x;
+        float P = ptx::exp2_approx(fmaf(St[0][n][e], c, -Le));
+        if (mask) {
+          const int key = key0 + 16 * warp + g + 8 * (e / 2), query = row0 + 8 * n + 2 * t + e % 2;
+          if (key >= p.N || (p.causal && key > query)) P = 0.0f;
+        }
+        St[0][n][e] = P;
+        dPt[0][n][e] = P * (dPt[0][n][e] - De);
+      }
+    }
+    // Packed to 16 bits as A fragments (k = queries): tiles 2k and 2k+1 make step k (ptx.cuh).
+    uint32_t Pa[1][NT / 2][4], dSa[1][NT / 2][4];
+#pragma unroll
+    for (int k = 0; k < NT / 2; ++k) {
+      Pa[0][k][0] = ptx::pack<T>(St[0][2 * k][0], St[0][2 * k][1]);
+      Pa[0][k][1] = ptx::pack<T>(St[0][2 * k][2], St[0][2 * k][3]);
+      Pa[0][k][2] = ptx::pack<T>(St[0][2 * k + 1][0], St[0][2 * k + 1][1]);
+      Pa[0][k][3] = ptx::pack<T>(St[0][2 * k + 1][2], St[0][2 * k + 1][3]);
+      dSa[0][k][0] = ptx::pack<T>(dPt[0][2 * k][0], dPt[0][2 * k][1]);
+      dSa[0][k][1] = ptx::pack<T>(dPt[0][2 * k][2], dPt[0][2 * k][3]);
+      dSa[0][k][2] = ptx::pack<T>(dPt[0][2 * k + 1][0], dPt[0][2 * k + 1][1]);
+      dSa[0][k][3] = ptx::pack<T>(dPt[0][2 * k + 1][2], dPt[0][2 * k + 1][3]);
+    }
+    if constexpr (kAtomic) {  // dSᵀ rows 16w + g (+8) into shared memory, for dQ
+#pragma unroll
+      for (int k = 0; k < NT / 2; ++k)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int key = 16 * warp + g + 8 * (x % 2), chunk = 2 * k + x / 2;
+          *reinterpret_cast<uint32_t*>(dSt + ptx::swizzle<Br>(key, chunk) + 2 * t) = dSa[0][k][x];
+        }
+    }
+
+    // dV_w += Pᵀ·dO_i and dK_w += dSᵀ·Q_i (stage 06's P·V, k = the Br queries).
+    pv_ldmatrix<T, D, 1, NT>(dv, Pa, dOs(b));
+    pv_ldmatrix<T, D, 1, NT>(dk, dSa, Qs(b));
+
+    if constexpr (kAtomic) {
+      __syncthreads();  // dSᵀ of every warp is in shared memory
+      // dQ_i's share for queries 16w .. 16w+15: A = dS (queries × keys) by ldmatrix .trans from
+      // dSᵀ; B = K_j (keys × d) by ldmatrix .trans, as V in P·V.
+      uint32_t dSq[1][Bc / 16][4];
+#pragma unroll
+      for (int k = 0; k < Bc / 16; ++k) {
+        const int tile = lane / 8, key = 16 * k + 8 * (tile / 2) + lane % 8;
+        ptx::ldmatrix_x4_trans(dSq[0][k], dSt + ptx::swizzle<Br>(key, 2 * warp + tile % 2));
+      }
+      float dq[1][DT][4] = {};
+      pv_ldmatrix<T, D, 1, Bc / 8>(dq, dSq, Ks);
+      // Lanes t and t^1 swap halves (one shuffle of two floats) so that each holds 4 neighbours of
+      // one row: the even lane row g, the odd one row g + 8, columns 8n + 4·(t/2) .. +3; one 16-byte
+      // reduction each, and a warp's request covers 16 rows × 32 bytes, whole sectors.
+      const bool odd = t & 1;
+      const int query = row0 + 16 * warp + g + 8 * odd;
+      float* row = dQacc + head + size_t(query) * D + 4 * (t / 2);
+#pragma unroll
+      for (int n = 0; n < DT; ++n) {
+        const float give0 = odd ? dq[0][n][0] : dq[0][n][2], give1 = odd ? dq[0][n][1] : dq[0][n][3];
+        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+        const float4 v = odd ? make_float4(got0, got1, dq[0][n][2], dq[0][n][3])
+                             : make_float4(dq[0][n][0], dq[0][n][1], got0, got1);
+        if (query < p.N) ptx::red_add_f32x4(row + 8 * n, v);
+      }
+    }
+  }
+
+  // dK_w·scale and dV_w, through shared memory (this warp's own rows of K and V, once every warp
+  // is done reading them) so that each lane writes whole 16-byte chunks.
+  __syncthreads();
+  const int key_w = 16 * warp;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int n = 0; n < DT; ++n) {
+      const int r = key_w + g + 8 * h;
+      *reinterpret_cast<uint32_t*>(Ks + ptx::swizzle<D>(r, n) + 2 * t) =
+          ptx::pack<T>(dk[0][n][2 * h] * p.scale, dk[0][n][2 * h + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(Vs + ptx::swizzle<D>(r, n) + 2 * t) = ptx::pack<T>(dv[0][n][2 * h], dv[0][n][2 * h + 1]);
+    }
+  __syncwarp();
+  constexpr int kChunks = D / 8;
+  for (int f = lane; f < 16 * kChunks; f += 32) {
+    const int r = key_w + f / kChunks, ch = f % kChunks;
+    if (key0 + r >= p.N) continue;
+    const size_t at = head + size_t(key0 + r) * D;
+    __stcg(reinterpret_cast<uint4*>(dK + at) + ch, *reinterpret_cast<const uint4*>(Ks + ptx::swizzle<D>(r, ch)));
+    __stcg(reinterpret_cast<uint4*>(dV + at) + ch, *reinterpret_cast<const uint4*>(Vs + ptx::swizzle<D>(r, ch)));
+  }
+}
+
+// The deterministic variant's dQ: one block per (query block i, head), 4 warps of 16 rows, K_j and
+// V_j double-buffered as in stage 06's rung 3. Per key block: S = Q_w·K_jᵀ, dP = dO_w·V_jᵀ,
+// P = exp(scale·S − L), dS = P ∘ (dP − D), dQ_w += dS·K_j; dQ_w·scale written once at the end.
+template <int D>
+struct QueryOuter {
+  static constexpr int Br = kDqTiles.Br, Bc = kDqTiles.Bc, kThreads = 128, NT = Bc / 8, DT = D / 8;
+  static_assert(Br == 16 * (kThreads / 32), "one warp per 16 rows");
+  static constexpr bool kFragsInRegisters = D == 64;  // Q_w and dO_w's A fragments
+  static constexpr int kHalves = 2 * Br * D + 4 * Bc * D;  // Q, dO; K[2], V[2]
+  static constexpr size_t kBytes = 2 * size_t(kHalves);
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(128, 2) flash_backward_dq(Params p, const uint16_t* __restrict__ dO,
+                                                            const float* __restrict__ L, const float* __restrict__ Dv,
+                                                            uint16_t* __restrict__ dQ) {
+  using F = QueryOuter<D>;
+  constexpr int Br = F::Br, Bc = F::Bc, NT = F::NT, DT = F::DT;
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* Qs = smem;
+  uint16_t* dOs = Qs + Br * D;
+  auto Ks = [&](int j) { return dOs + Br * D + (j & 1) * 2 * Bc * D; };
+  auto Vs = [&](int j) { return Ks(j) + Bc * D; };
+  const int warp = threadIdx.x / 32, lane = lane_id(), g = lane / 4, t = lane % 4;
+  const int i = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // heaviest first when causal
+  const int row0 = i * Br, warp_row0 = row0 + 16 * warp;
+  const size_t head = size_t(blockIdx.y) * p.N * D, stat0 = size_t(blockIdx.y) * p.N;
+  const float c = p.scale * 1.4426950408889634f, log2e = 1.4426950408889634f;
+  auto fetch_kv = [&](int j) {
+    const int key0 = j * Bc;
+    load_tile_async<D, Bc, 128>(Ks(j), p.K + head + size_t(key0) * D, p.N - key0);
+    load_tile_async<D, Bc, 128>(Vs(j), p.V + head + size_t(key0) * D, p.N - key0);
+    ptx::cp_async_commit();
+  };
+  const int blocks = key_blocks(p.N, Br, Bc, p.causal, i);
+  load_tile_async<D, Br, 128>(Qs, p.Q + head + size_t(row0) * D, p.N - row0);
+  load_tile_async<D, Br, 128>(dOs, dO + head + size_t(row0) * D, p.N - row0);
+  fetch_kv(0);
+  // L and D of the lane's rows g and g + 8 (rows past N: L = +∞ makes P = 0).
+  float Lr[2], Dr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = warp_row0 + g + 8 * h;
+    Lr[h] = row < p.N ? L[stat0 + row] * log2e : INFINITY;
+    Dr[h] = row < p.N ? Dv[stat0 + row] : 0.0f;
+  }
+
+  uint32_t qf[1][F::kFragsInRegisters ? D / 16 : 1][4], gf[1][F::kFragsInRegisters ? D / 16 : 1][4];
+  float dq[1][DT][4] = {};
+  for (int j = 0; j < blocks; ++j) {
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // block j is visible, and every warp is done with block j−1's buffer
+    if (j + 1 < blocks) fetch_kv(j + 1);
+    if constexpr (F::kFragsInRegisters) {
+      if (j == 0) load_q_ldmatrix<D, 1>(qf, Qs, 16 * warp), load_q_ldmatrix<D, 1>(gf, dOs, 16 * warp);
+    }
+    float S[1][NT][4] = {}, dP[1][NT][4] = {};
+    if constexpr (F::kFragsInRegisters) {
+      qk_ldmatrix<T, D, 1, NT>(S, qf, Ks(j));
+      qk_ldmatrix<T, D, 1, NT>(dP, gf, Vs(j));
+    } else {
+      qk_smem_q<T, D, 1, NT>(S, Qs, 16 * warp, Ks(j));
+      qk_smem_q<T, D, 1, NT>(dP, dOs, 16 * warp, Vs(j));
+    }
+    const int key0 = j * Bc;
+    const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
+    uint32_t dSa[1][NT / 2][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float P = ptx::exp2_approx(fmaf(S[0][n][e], c, -Lr[e / 2]));
+        if (mask) {
+          const int row = warp_row0 + g + 8 * (e / 2), key = key0 + 8 * n + 2 * t + e % 2;
+          if (key >= p.N || (p.causal && key > row)) P = 0.0f;
+        }
+        S[0][n][e] = P * (dP[0][n][e] - Dr[e / 2]);
+      }
+#pragma unroll
+    for (int k = 0; k < NT / 2; ++k) {
+      dSa[0][k][0] = ptx::pack<T>(S[0][2 * k][0], S[0][2 * k][1]);
+      dSa[0][k][1] = ptx::pack<T>(S[0][2 * k][2], S[0][2 * k][3]);
+      dSa[0][k][2] = ptx::pack<T>(S[0][2 * k + 1][0], S[0][2 * k + 1][1]);
+      dSa[0][k][3] = ptx::pack<T>(S[0][2 * k + 1][2], S[0][2 * k + 1][3]);
+    }
+    pv_ldmatrix<T, D, 1, NT>(dq, dSa, Ks(j));
+  }
+  // dQ_w·scale through this warp's own rows of Q's tile (only this warp ever read them).
+  __syncwarp();
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int n = 0; n < DT; ++n)
+      *reinterpret_cast<uint32_t*>(Qs + ptx::swizzle<D>(16 * warp + g + 8 * h, n) + 2 * t) =
+          ptx::pack<T>(dq[0][n][2 * h] * p.scale, dq[0][n][2 * h + 1] * p.scale);
+  __syncwarp();
+  constexpr int kChunks = D / 8;
+  for (int f = lane; f < 16 * kChunks; f += 32) {
+    const int r = f / kChunks, ch = f % kChunks;
+    if (warp_row0 + r >= p.N) continue;
+    __stcg(reinterpret_cast<uint4*>(dQ + head + size_t(warp_row0 + r) * D) + ch,
+           *reinterpret_cast<const uint4*>(Qs + ptx::swizzle<D>(16 * warp + r, ch)));
+  }
+}
+
+}  // namespace bwd
+
+void launch_flash_backward_tc(const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  tc::dispatch("flash backward (tensor cores)", s, t, [&](auto config) {
+    using C = decltype(config);
+    using F = bwd::KeyOuter<C::D>;
+    auto run = [&](auto kernel) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(F::kBytes)));
+      const dim3 grid((s.N + F::Bc - 1) / F::Bc, s.heads());
+      kernel<<<grid, F::kThreads, F::kBytes>>>(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D),
+                                               static_cast<const uint16_t*>(a.dO), a.L, a.D, a.dQacc,
+                                               static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
+      CUDA_CHECK_LAUNCH();
+    };
+    if (a.dQacc) run(bwd::flash_backward_kv<typename C::T, C::D, true>);
+    else run(bwd::flash_backward_kv<typename C::T, C::D, false>);
+  });
+}
+
+void launch_flash_backward_dq(const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  tc::dispatch("flash backward dQ (tensor cores)", s, t, [&](auto config) {
+    using C = decltype(config);
+    using F = bwd::QueryOuter<C::D>;
+    const auto kernel = bwd::flash_backward_dq<typename C::T, C::D>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(F::kBytes)));
+    const dim3 grid((s.N + F::Br - 1) / F::Br, s.heads());
+    kernel<<<grid, F::kThreads, F::kBytes>>>(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D),
+                                             static_cast<const uint16_t*>(a.dO), a.L, a.D,
+                                             static_cast<uint16_t*>(a.dQ));
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace attention

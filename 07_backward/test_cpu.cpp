@@ -1,0 +1,211 @@
+// Stage 07 on the CPU: the float64 formula against finite differences; FlashAttention's backward
+// (Algorithm 2) through the counting view against float64 (dQ, dK, dV), in fp32, fp16 and bf16,
+// causal or not, any N, atomic and deterministic; its count against the model; the tolerance rule;
+// the variant table and bad input.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "algorithm.hpp"
+#include "check.hpp"
+#include "inputs.hpp"
+#include "problem.hpp"
+#include "reference.hpp"
+#include "test_util.hpp"
+#include "variants.hpp"
+
+using namespace attention;
+using attention::testing::check_gradients;
+using attention::testing::cpu_forward;
+using course::Dtype;
+
+namespace {
+
+struct Grads {
+  std::vector<float> dQ, dK, dV;
+  course::IoCount io;
+};
+
+Grads run_counted(const Shape& s, Dtype t, const BackwardPlan& plan, const BackwardInputs& in) {
+  const auto f = cpu_forward(s, t, in);
+  Grads g{std::vector<float>(s.elements(), NAN), std::vector<float>(s.elements(), NAN),
+          std::vector<float>(s.elements(), NAN), {}};
+  g.io = flash_backward_counted(s, t, plan, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), f.O.data(),
+                                in.dO.data(), f.L.data(), g.dQ.data(), g.dK.data(), g.dV.data());
+  return g;
+}
+
+const Dtype kAll[] = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
+const BackwardPlan kAtomic{{64, 64}}, kDeterministic{{64, 64}, true, {64, 64}};
+
+}  // namespace
+
+TEST_CASE("the float64 formula is the gradient: central finite differences of Σ dO ∘ O") {
+  for (bool causal : {false, true}) {
+    const Shape s{1, 2, 9, 32, causal};
+    std::vector<double> x[4];
+    for (int k = 0; k < 4; ++k) {
+      const auto r = course::random_uniform(s.elements(), course::fresh_seed() + k, -1.0f, 2.0f);
+      x[k].assign(r.begin(), r.end());
+    }
+    CAPTURE(causal);
+    // Every input (Q, K, V), both heads, rows at both ends and inside, columns spread over d.
+    for (int which = 0; which < 3; ++which)
+      for (std::size_t index : {std::size_t(0), std::size_t(5 * 32 + 7), std::size_t(9 * 32 + 31), std::size_t(2 * 9 * 32 - 1)}) {
+        const double fd = finite_difference(s, x[0].data(), x[1].data(), x[2].data(), x[3].data(), which, index, 1e-5);
+        const double formula = formula_gradient(s, x[0].data(), x[1].data(), x[2].data(), x[3].data(), which, index);
+        CAPTURE(which);
+        CAPTURE(index);
+        CHECK(std::abs(formula - fd) <= 1e-7 * std::max(1.0, std::abs(fd)));
+      }
+  }
+  // Causal: the last query row of a head does not move the loss through a key it cannot see...
+  const Shape s{1, 1, 6, 32, true};
+  std::vector<double> x[4];
+  for (int k = 0; k < 4; ++k) {
+    const auto r = course::random_uniform(s.elements(), 99 + k);
+    x[k].assign(r.begin(), r.end());
+  }
+  // ... and the last key is seen only by the last row: dK of key 5 comes from row 5 alone, and is
+  // not zero; dV of key 5 is P[5][5]·dO[5].
+  CHECK(std::abs(formula_gradient(s, x[0].data(), x[1].data(), x[2].data(), x[3].data(), 1, 5 * 32 + 3)) > 0.0);
+}
+
+TEST_CASE("FlashAttention backward on the CPU matches float64 (dQ, dK, dV), every dtype, causal or not, any N") {
+  for (Dtype t : kAll)
+    for (bool causal : {false, true})
+      for (int N : {1, 7, 64, 130, 333})
+        for (const BackwardPlan& plan : {kAtomic, kDeterministic}) {
+          const Shape s{1, 2, N, 64, causal};
+          const auto in = make_backward_inputs(s, t, course::fresh_seed());
+          CAPTURE(s.text());
+          const std::string dtype = course::name(t);
+          CAPTURE(dtype);
+          CAPTURE(plan.deterministic);
+          CAPTURE(in.fwd.seed);
+          const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+          const auto g = run_counted(s, t, plan, in);
+          check_gradients(ref, g.dQ.data(), g.dK.data(), g.dV.data());
+        }
+}
+
+TEST_CASE("FlashAttention backward on the CPU: d = 32 and 128, blocks where Bc does not divide Br, large logits") {
+  for (auto [d, Br, Bc] : std::vector<std::array<int, 3>>{{32, 64, 64}, {128, 64, 64}, {128, 48, 80}})
+    for (Dtype t : {Dtype::fp32, Dtype::bf16}) {
+      if (d == 32 && t != Dtype::fp32) continue;
+      const Shape s{2, 1, 201, d, true};
+      const auto in = make_backward_inputs(s, t, course::fresh_seed());
+      CAPTURE(s.text());
+      const std::string dtype = course::name(t);
+      CAPTURE(dtype);
+      CAPTURE(Bc);
+      CAPTURE(in.fwd.seed);
+      const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+      const auto g = run_counted(s, t, BackwardPlan{{Br, Bc}, true, {Bc, Br}}, in);
+      check_gradients(ref, g.dQ.data(), g.dK.data(), g.dV.data());
+    }
+  for (Dtype t : kAll) {  // Q times 30: exp(S) overflows a float; P = exp(S − L) does not
+    const Shape s{1, 1, 300, 64, false};
+    const auto in = make_backward_inputs(s, t, course::fresh_seed(), 30.0f);
+    const std::string dtype = course::name(t);
+    CAPTURE(dtype);
+    CAPTURE(in.fwd.seed);
+    const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+    const auto g = run_counted(s, t, kAtomic, in);
+    check_gradients(ref, g.dQ.data(), g.dK.data(), g.dV.data());
+  }
+}
+
+TEST_CASE("the tolerance: twice plain backward's error in the dtype; a wrong value or NaN fails") {
+  const Shape s{1, 1, 256, 64, false};
+  for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
+    const auto in = make_backward_inputs(s, t, course::fresh_seed());
+    const std::string dtype = course::name(t);
+    CAPTURE(dtype);
+    CAPTURE(in.fwd.seed);
+    const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+    auto g = run_counted(s, t, kAtomic, in);
+    for (int w = 0; w < 3; ++w) {
+      CAPTURE(w);
+      CHECK(ref.plain_error(w) > 0.0);
+      CHECK(ref.plain_error(w) < 0.1);
+      CHECK(ref.tolerance(w) == doctest::Approx(std::max(2 * ref.plain_error(w), course::unit_roundoff(t))));
+    }
+    CHECK(ref.check_all(g.dQ.data(), g.dK.data(), g.dV.data()).ok());
+    std::vector<float>* grads[3] = {&g.dQ, &g.dK, &g.dV};
+    for (int w = 0; w < 3; ++w) {
+      std::vector<float>& x = *grads[w];
+      const float saved = x[777];
+      x[777] += float(3.0 * ref.tolerance(w) * std::max(1.0f, std::abs(saved)) * 10.0);
+      CHECK_FALSE(ref.check(w, x.data()).ok());
+      x[777] = NAN;
+      CHECK_FALSE(ref.check(w, x.data()).ok());
+      CHECK_FALSE(ref.check_all(g.dQ.data(), g.dK.data(), g.dV.data()).ok());
+      x[777] = saved;
+    }
+  }
+}
+
+TEST_CASE("counted IO equals the model exactly, any N, every dtype, causal or not, atomic or deterministic") {
+  for (Dtype t : kAll)
+    for (bool causal : {false, true})
+      for (auto [N, d] : std::vector<std::array<int, 2>>{{64, 64}, {517, 128}, {300, 32}, {129, 64}}) {
+        if (d == 32 && t != Dtype::fp32) continue;
+        for (const BackwardPlan& plan : {kAtomic, kDeterministic}) {
+          const Shape s{2, 2, N, d, causal};
+          CAPTURE(s.text());
+          const std::string dtype = course::name(t);
+          CAPTURE(dtype);
+          CAPTURE(plan.deterministic);
+          const auto in = make_backward_inputs(s, t, course::fresh_seed());
+          CHECK(double(run_counted(s, t, plan, in).io.total()) == flash_backward_model_bytes(s, t, plan));
+        }
+      }
+}
+
+TEST_CASE("the model: (2e + 4)·N²·d/Bc for the atomic pass; the deterministic one adds K, V per query block") {
+  const Shape s{4, 8, 4096, 64, false};
+  const double e = 2.0, Nd = double(s.heads()) * s.N * s.d, rows = double(s.heads()) * s.N, Tc = 64;
+  // preprocess 2e·Nd + 4N (D) + 4Nd (dQacc = 0); key-outer 4e·Nd + Tc·(2e + 4)·Nd + Tc·8N (L, D);
+  // convert 4Nd + e·Nd
+  const double atomic = 2 * e * Nd + 4 * rows + 4 * Nd + 4 * e * Nd + Tc * ((2 * e + 4) * Nd + 8 * rows) + 4 * Nd + e * Nd;
+  CHECK(flash_backward_model_bytes(s, Dtype::fp16, kAtomic) == doctest::Approx(atomic));
+  // deterministic: no dQacc; the dQ pass reads Q, dO, L, D once, K and V Tr times, writes dQ.
+  const double det = 2 * e * Nd + 4 * rows + 4 * e * Nd + Tc * (2 * e * Nd + 8 * rows) + 3 * e * Nd + 8 * rows + 64 * 2 * e * Nd;
+  CHECK(flash_backward_model_bytes(s, Dtype::fp16, kDeterministic) == doctest::Approx(det));
+  Shape causal = s;
+  causal.causal = true;  // key block j meets Tr − j query blocks: 64·65/2 pairs instead of 64·64
+  const double pairs = 64.0 * 65.0 / 2.0 / 64.0;
+  const double atomic_causal = atomic + (pairs - Tc) * ((2 * e + 4) * Nd + 8 * rows);
+  CHECK(flash_backward_model_bytes(causal, Dtype::fp16, kAtomic) == doctest::Approx(atomic_causal));
+  CHECK(flash_backward_device_bytes(s, Dtype::fp16, false) == doctest::Approx(8 * e * Nd + 8 * rows + 4 * Nd));
+  CHECK(backward_flops(s) == doctest::Approx(2.5 * 4 * s.heads() * double(s.N) * s.N * s.d));
+}
+
+TEST_CASE("causal: key block j meets the query blocks from the one holding its first key") {
+  CHECK(first_query_block(64, 64, true, 3) == 3);
+  CHECK(first_query_block(64, 64, false, 3) == 0);
+  CHECK(first_query_block(48, 80, true, 2) == 3);  // keys from 160: rows 144..191 see key 160
+  CHECK(first_query_block(128, 64, true, 3) == 1);  // keys from 192: rows 128..255
+}
+
+TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused with a message") {
+  CHECK(bwd_variants().size() == 3);
+  CHECK(bwd_variant("flash_bwd").supports(Dtype::fp32, 32));
+  CHECK(bwd_variant("tc").supports(Dtype::bf16, 128));
+  CHECK_FALSE(bwd_variant("tc").supports(Dtype::fp32, 64));
+  CHECK(bwd_variant("tc_deterministic").plan.deterministic);
+  CHECK_THROWS_AS(bwd_variant("fa3"), course::UsageError);
+  const Shape s{1, 1, 8, 64, false};
+  std::vector<float> x(s.elements(), 1.0f), L(8);
+  CHECK_THROWS_AS(flash_backward_counted(s, Dtype::fp16, BackwardPlan{{0, 64}}, x.data(), x.data(), x.data(), x.data(),
+                                         x.data(), L.data(), x.data(), x.data(), x.data()),
+                  course::UsageError);
+  CHECK_THROWS_AS(flash_backward_model_bytes(s, Dtype::fp16, BackwardPlan{{64, 64}, true}), course::UsageError);
+  CHECK_THROWS_AS(flash_backward_counted(Shape{1, 1, 0, 64, false}, Dtype::fp32, kAtomic, x.data(), x.data(), x.data(),
+                                         x.data(), x.data(), L.data(), x.data(), x.data(), x.data()),
+                  course::UsageError);
+}

@@ -1,0 +1,138 @@
+// Stage 07 on the GPU: every variant, every dtype and d it takes, causal or not, ragged N and
+// N = 1, against float64 (dQ, dK, dV); large logits; the deterministic variant bit for bit twice;
+// measured SM<->L2 traffic against the CPU count; bad input.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../03_safe_softmax/test_util.hpp"  // under_sanitizer
+#include "algorithm.hpp"
+#include "check.hpp"
+#include "counters.hpp"
+#include "device_run.hpp"
+#include "kernels.cuh"
+#include "problem.hpp"
+#include "reference.hpp"
+#include "test_util.hpp"
+#include "variants.hpp"
+
+using namespace attention;
+using attention::testing::check_gradients;
+using course::Dtype;
+
+namespace {
+
+struct Grads {
+  std::vector<float> dQ, dK, dV;
+};
+
+Grads run_gpu(const BwdVariant& v, const Shape& s, Dtype t, const BackwardInputs& in) {
+  BackwardDeviceRun dev(s, t, in, !v.plan.deterministic);
+  dev.forward(s);
+  dev.poison();  // an element nobody writes fails the comparison
+  v.launch(s, t, dev.args());
+  return {dev.dQ(), dev.dK(), dev.dV()};
+}
+
+void check_run(const BwdVariant& v, const Shape& s, Dtype t, const BackwardInputs& in) {
+  const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+  const auto g = run_gpu(v, s, t, in);
+  check_gradients(ref, g.dQ.data(), g.dK.data(), g.dV.data());
+}
+
+}  // namespace
+
+TEST_CASE("every variant matches float64 (dQ, dK, dV), every dtype and d it takes, causal or not, ragged N") {
+  const bool sanitizer = softmax::testing::under_sanitizer();
+  const std::vector<int> sizes = sanitizer ? std::vector<int>{1, 77, 200} : std::vector<int>{1, 7, 64, 130, 1000};
+  for (const auto& v : bwd_variants())
+    for (Dtype t : v.dtypes)
+      for (int d : v.ds)
+        for (bool causal : {false, true})
+          for (int N : sizes) {
+            const Shape s{2, 3, N, d, causal};
+            const auto in = make_backward_inputs(s, t, course::fresh_seed());
+            CAPTURE(v.name);
+            const std::string dtype = course::name(t);
+            CAPTURE(dtype);
+            CAPTURE(s.text());
+            CAPTURE(in.fwd.seed);
+            check_run(v, s, t, in);
+          }
+}
+
+TEST_CASE("large logits (Q times 30), and N = 2049 with many heads") {
+  const bool sanitizer = softmax::testing::under_sanitizer();
+  for (const auto& v : bwd_variants())
+    for (Dtype t : v.dtypes) {
+      const Shape big{1, sanitizer ? 2 : 6, sanitizer ? 513 : 2049, v.ds.back(), true};
+      const Shape loud{1, 2, 700, 64, false};
+      for (const auto& [s, q_scale] : {std::make_pair(big, 1.0f), std::make_pair(loud, 30.0f)}) {
+        const auto in = make_backward_inputs(s, t, course::fresh_seed(), q_scale);
+        CAPTURE(v.name);
+        const std::string dtype = course::name(t);
+        CAPTURE(dtype);
+        CAPTURE(s.text());
+        CAPTURE(q_scale);
+        CAPTURE(in.fwd.seed);
+        check_run(v, s, t, in);
+      }
+    }
+}
+
+TEST_CASE("the deterministic variant gives the same bits twice") {
+  const auto& v = bwd_variant("tc_deterministic");
+  const Shape s{2, 4, 1000, 64, true};
+  const auto in = make_backward_inputs(s, Dtype::bf16, course::fresh_seed());
+  const auto a = run_gpu(v, s, Dtype::bf16, in), b = run_gpu(v, s, Dtype::bf16, in);
+  CHECK(a.dQ == b.dQ);
+  CHECK(a.dK == b.dK);
+  CHECK(a.dV == b.dV);
+}
+
+TEST_CASE("bad input: dtypes and head dimensions a kernel does not take, empty shapes, no dQacc") {
+  course::DeviceBuffer<float> b(1024);
+  float* p = b.get();
+  const BackwardArgs a{p, p, p, p, p, p, p, p, p, p, p};
+  BackwardArgs no_acc = a;
+  no_acc.dQacc = nullptr;
+  CHECK_THROWS_AS(launch_flash_backward_tc(Shape{1, 1, 4, 64, false}, Dtype::fp32, a), course::UsageError);
+  CHECK_THROWS_AS(launch_flash_backward_tc(Shape{1, 1, 4, 32, false}, Dtype::fp16, a), course::UsageError);
+  CHECK_THROWS_AS(launch_flash_backward_dq(Shape{1, 1, 0, 64, false}, Dtype::bf16, a), course::UsageError);
+  CHECK_THROWS_AS(launch_flash_backward_fp32(Shape{1, 1, 4, 48, false}, a), course::UsageError);
+  CHECK_THROWS_AS(launch_flash_backward_fp32(Shape{1, 1, 4, 64, false}, no_acc), course::UsageError);
+  CHECK_THROWS_AS(bwd_variant("tc").launch(Shape{1, 1, 4, 64, false}, Dtype::fp16, no_acc), course::UsageError);
+}
+
+TEST_CASE("stage 07 kernels: measured SM<->L2 traffic is the counted traffic") {
+  if (softmax::testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
+  for (const auto& v : bwd_variants())
+    for (auto [N, d, causal] : std::vector<std::array<int, 3>>{{1024, 64, 0}, {1000, 128, 1}, {517, 64, 1}}) {
+      const Dtype t = v.dtypes.front();
+      if (!v.supports(t, d)) continue;
+      const Shape s{2, 2, N, d, causal != 0};
+      CAPTURE(v.name);
+      CAPTURE(s.text());
+      const auto in = make_backward_inputs(s, t, course::fresh_seed());
+      const auto f = attention::testing::cpu_forward(s, t, in);
+      std::vector<float> dQ(s.elements()), dK(s.elements()), dV(s.elements());
+      const auto counted = flash_backward_counted(s, t, v.plan, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
+                                                  f.O.data(), in.dO.data(), f.L.data(), dQ.data(), dK.data(), dV.data());
+      BackwardDeviceRun dev(s, t, in, !v.plan.deterministic);
+      dev.forward(s);
+      const auto r = course::measure_traffic([&] { v.launch(s, t, dev.args()); });
+      if (!r.traffic) {
+        MESSAGE("counters unavailable: " << r.why_not);
+        return;
+      }
+      MESSAGE(v.name << " " << s.text() << ": measured / counted SM<->L2 reads "
+                     << r.traffic->l2_read_bytes / double(counted.read_bytes) << ", writes "
+                     << r.traffic->l2_write_bytes / double(counted.write_bytes));
+      const double eps = N % 8 == 0 ? 1e-3 : 1e-2;
+      CHECK(r.traffic->l2_read_bytes == doctest::Approx(double(counted.read_bytes)).epsilon(eps));
+      CHECK(r.traffic->l2_write_bytes == doctest::Approx(double(counted.write_bytes)).epsilon(eps));
+    }
+}
