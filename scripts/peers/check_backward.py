@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Independent check: the course's backward gradients against PyTorch autograd in float64.
+
+    build/bin/07_backward --dump DIR ...
+    python3 scripts/peers/check_backward.py DIR [--tolerance-factor F]
+
+What 07_backward --dump writes into DIR, and this script reads:
+  meta.json                 {"B", "H", "N", "d", "causal": 0/1, "dtype": "fp32|fp16|bf16", "variants": [names]}
+  Q.bin K.bin V.bin dO.bin  the inputs exactly as the GPU saw them (already rounded to the dtype)
+  <v>.dQ.bin <v>.dK.bin <v>.dV.bin   for each variant v: its gradients, converted to float32
+Every .bin file is raw little-endian float32, B × H × N × d, row-major.
+
+Reference: the same rounded inputs and dO in float64 on the CPU, through the formula written out
+(no fused kernel): S = Q Kᵀ / sqrt(d), with -inf above the diagonal when causal; P = softmax(S)
+along the keys; O = P V; then torch.autograd.grad(O, (Q, K, V), dO). Query rows are taken in
+blocks to bound the memory of the scores (each row of O depends on its own row of Q and on all of
+K and V, so dQ is written block by block and dK, dV are summed over the blocks).
+
+Error, the course's measure (common/compare.hpp): for each gradient, max over elements of
+|x − ref| / max(|ref|, rms(ref)), rms over the whole tensor; a NaN or ±inf in x counts as an
+infinite error.
+
+Tolerance: fp32 1e-4, fp16 1e-2, bf16 5e-2, times --tolerance-factor: fixed bounds tied to the
+dtype, as DESIGN.md ties the course's tolerances to it (its own figures, fp32 ≲ 1e-5 and fp16/bf16
+≲ 1e-2, are for the forward).
+The C++ tests hold the kernels to bounds derived per problem instead (07_backward/reference.hpp:
+twice the error of the backward computed plainly in the dtype; for fp32, the sums' rounding); this
+script is an independent cross-check of both the formula and the kernels with a different
+implementation (PyTorch's autograd in float64), not a replacement for those tests. Fixed bounds do
+not grow with N while the rounding of P and dS does: on an H100, PyTorch's own fused backward
+(FlashAttention-2) reached gradient errors of 1.1e-2 (fp16) and 1.0e-1 (bf16, in dQ) at N = 2048,
+d = 64, and 4.9e-2 (fp16) at N = 16384; check large problems with a --tolerance-factor that says so.
+
+Exit status: 0 when every variant is within the tolerance (or when numpy or PyTorch is missing:
+the check is then skipped with a message), 1 when any variant is not, 2 when DIR lacks a file or
+a file does not match meta.json.
+"""
+import argparse
+import json
+import os
+import sys
+
+TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 5e-2}
+INPUTS = ["Q", "K", "V", "dO"]
+GRADIENTS = ["dQ", "dK", "dV"]
+SCORE_BLOCK_ELEMENTS = 1 << 24  # float64 scores per query block: 128 MB for S (autograd keeps a few such)
+
+
+class DumpError(Exception):
+    """DIR does not hold a complete, consistent dump."""
+
+
+def read_meta(directory):
+    """meta.json, checked: the shape, causal, dtype and the variant names."""
+    path = os.path.join(directory, "meta.json")
+    if not os.path.isfile(path):
+        raise DumpError(f"{path} not found (write it with build/bin/07_backward --dump {directory})")
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+        B, H, N, d = (int(meta[key]) for key in ("B", "H", "N", "d"))
+        causal = bool(int(meta["causal"]))
+        dtype = str(meta["dtype"])
+        variants = [str(v) for v in meta["variants"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DumpError(f"{path}: not the expected meta.json ({type(e).__name__}: {e})")
+    if min(B, H, N, d) <= 0:
+        raise DumpError(f"{path}: B, H, N and d must be positive (B={B} H={H} N={N} d={d})")
+    if dtype not in TOLERANCE:
+        raise DumpError(f"{path}: dtype {dtype!r} is none of {', '.join(TOLERANCE)}")
+    if not variants:
+        raise DumpError(f"{path}: no variants listed")
+    return dict(B=B, H=H, N=N, d=d, causal=causal, dtype=dtype, variants=variants)
+
+
+def check_files(directory, meta):
+    """Every file the dump should hold is there, with B·H·N·d float32 values."""
+    expected = 4 * meta["B"] * meta["H"] * meta["N"] * meta["d"]
+    names = [f"{t}.bin" for t in INPUTS] + [f"{v}.{g}.bin" for v in meta["variants"] for g in GRADIENTS]
+    missing = [n for n in names if not os.path.isfile(os.path.join(directory, n))]
+    if missing:
+        raise DumpError(f"{directory} lacks {len(missing)} file(s): {', '.join(missing)}")
+    for n in names:
+        size = os.path.getsize(os.path.join(directory, n))
+        if size != expected:
+            raise DumpError(f"{os.path.join(directory, n)}: {size} bytes, expected {expected} "
+                            f"(B × H × N × d float32 values for the shape in meta.json)")
+
+
+def load(np, directory, name, shape):
+    """One raw little-endian float32 file as a float64 array of `shape`."""
+    return np.fromfile(os.path.join(directory, name), dtype="<f4").reshape(shape).astype(np.float64)
+
+
+def reference_gradients(torch, Q, K, V, dO, causal):
+    """dQ, dK, dV of O = softmax(Q Kᵀ / sqrt(d), causal mask) V by float64 autograd on the CPU.
+
+    Q, K, V, dO: float64 tensors B × H × N × d. Query rows go in blocks of `rows`: S for a block is
+    B × H × rows × N; dQ of the block is its own, dK and dV are sums over all blocks."""
+    B, H, N, d = Q.shape
+    scale = 1.0 / d ** 0.5
+    dQ, dK, dV = torch.empty_like(Q), torch.zeros_like(K), torch.zeros_like(V)
+    K = K.clone().requires_grad_(True)  # leaves shared by every block's graph
+    V = V.clone().requires_grad_(True)
+    rows = max(1, min(N, SCORE_BLOCK_ELEMENTS // (B * H * N)))
+    keys = torch.arange(N)
+    for r0 in range(0, N, rows):
+        r1 = min(N, r0 + rows)
+        q = Q[:, :, r0:r1].clone().requires_grad_(True)
+        S = torch.matmul(q, K.transpose(-1, -2)) * scale                       # B × H × rows × N
+        if causal:  # query i sees keys j ≤ i (top-left aligned, the diagonal always kept)
+            above = keys.unsqueeze(0) > torch.arange(r0, r1).unsqueeze(1)        # rows × N
+            S = S.masked_fill(above, float("-inf"))
+        P = torch.softmax(S, dim=-1)
+        O = torch.matmul(P, V)                                                  # B × H × rows × d
+        gq, gk, gv = torch.autograd.grad(O, (q, K, V), dO[:, :, r0:r1])
+        dQ[:, :, r0:r1] = gq
+        dK += gk
+        dV += gv
+    return dQ, dK, dV
+
+
+def max_rel_err(np, x, ref):
+    """The course's error: max over elements of |x − ref| / max(|ref|, rms(ref)), rms over the tensor
+    (the absolute error where that scale is 0, as common/compare.cpp does); a non-finite x is an
+    infinite error. Returns (error, flat index of the worst element)."""
+    scale = np.maximum(np.abs(ref), np.sqrt(np.mean(ref * ref)))
+    diff = np.abs(x - ref)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        err = np.where(scale > 0, diff / np.where(scale > 0, scale, 1.0), diff)
+    err[~np.isfinite(x)] = np.inf
+    worst = int(np.argmax(err))
+    return float(err.flat[worst]), worst
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dir", metavar="DIR", help="the directory written by build/bin/07_backward --dump DIR")
+    p.add_argument("--tolerance-factor", type=float, default=1.0,
+                   help="multiplies the dtype's tolerance (fp32 1e-4, fp16 1e-2, bf16 5e-2); default 1")
+    args = p.parse_args()
+    if not args.tolerance_factor > 0:
+        p.error("--tolerance-factor must be positive")
+
+    # The dump first (no numpy needed): a missing or inconsistent file is an error on any machine.
+    if not os.path.isdir(args.dir):
+        print(f"check_backward.py: {args.dir} is not a directory (write it with build/bin/07_backward --dump DIR)")
+        return 2
+    try:
+        meta = read_meta(args.dir)
+        check_files(args.dir, meta)
+    except DumpError as e:
+        print(f"check_backward.py: {e}")
+        return 2
+
+    try:
+        import numpy as np
+        import torch
+    except ImportError as e:
+        print(f"check_backward.py: {e.name or 'numpy or PyTorch'} is not installed; check skipped")
+        return 0
+
+    B, H, N, d, causal, dtype = (meta[k] for k in ("B", "H", "N", "d", "causal", "dtype"))
+    shape = (B, H, N, d)
+    tolerance = TOLERANCE[dtype] * args.tolerance_factor
+    print(f"{args.dir}: B={B} H={H} N={N} d={d} causal={int(causal)} {dtype}, {len(meta['variants'])} variant(s); "
+          f"reference: float64 autograd on the CPU; tolerance {tolerance:.1e}")
+
+    inputs = {t: load(np, args.dir, f"{t}.bin", shape) for t in INPUTS}
+    bad = [t for t, a in inputs.items() if not np.isfinite(a).all()]
+    if bad:
+        print(f"check_backward.py: {', '.join(bad)} hold NaN or ±inf; this check is for finite inputs")
+        return 2
+    # The inputs should be values of the dtype already (the dump is what the GPU saw): say so if not.
+    if dtype != "fp32":
+        torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        for t, a in inputs.items():
+            a32 = torch.from_numpy(a.astype(np.float32))
+            if not torch.equal(a32.to(torch_dtype).to(torch.float32), a32):
+                print(f"note: {t}.bin holds values that are not {dtype} values; checked as they are")
+
+    Q, K, V, dO = (torch.from_numpy(inputs[t]) for t in INPUTS)
+    ref = dict(zip(GRADIENTS, (g.numpy() for g in reference_gradients(torch, Q, K, V, dO, causal))))
+
+    failed = []
+    for v in meta["variants"]:
+        ok = True
+        for g in GRADIENTS:
+            x = load(np, args.dir, f"{v}.{g}.bin", shape)
+            err, worst = max_rel_err(np, x, ref[g])
+            within = err <= tolerance
+            ok = ok and within
+            line = f"{v:>24} {g}: max rel err {err:.2e} {'<=' if within else '>'} {tolerance:.1e}  " \
+                   f"{'ok' if within else 'FAIL'}"
+            if not within:  # where, and what the values are
+                idx = np.unravel_index(worst, shape)
+                line += (f"  (worst at b={idx[0]} h={idx[1]} row={idx[2]} col={idx[3]}: "
+                         f"{x[idx]:.6g}, reference {ref[g][idx]:.6g})")
+            print(line)
+        if not ok:
+            failed.append(v)
+
+    n = len(meta["variants"])
+    if failed:
+        print(f"{len(failed)} of {n} variants disagree with PyTorch autograd (float64): {', '.join(failed)}")
+        return 1
+    print(f"all {n} variants agree with PyTorch autograd (float64)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
