@@ -82,35 +82,38 @@ void head_gradients(const Shape& s, const Matrix& q, const Matrix& k, const Matr
       const int r0 = c * kChunkRows, n = std::min(kChunkRows, N - r0);
       const auto q_c = q.middleRows(r0, n);
       const auto do_c = dout.middleRows(r0, n);
-      Matrix S = (q_c * k.transpose()) * scale;
+      // Causal: the chunk's rows see keys up to r0 + n − 1 only; the rest of S is −∞ and of P 0.
+      const int keys = s.causal ? r0 + n : N;
+      const auto k_c = k.topRows(keys), v_c = v.topRows(keys);
+      Matrix S = (q_c * k_c.transpose()) * scale;
       if (s.causal)
         for (int r = 0; r < n; ++r)
-          for (int j = r0 + r + 1; j < N; ++j) S(r, j) = -kInf;
+          for (int j = r0 + r + 1; j < keys; ++j) S(r, j) = -kInf;
       Matrix P = S;
       softmax_rows(P, L.segment(r0, n));
-      O.middleRows(r0, n) = P * v;
+      O.middleRows(r0, n) = P * v_c;
       const Column D = do_c.cwiseProduct(O.middleRows(r0, n)).rowwise().sum();
-      const Matrix dP = do_c * v.transpose();
+      const Matrix dP = do_c * v_c.transpose();
       const Matrix dS = P.cwiseProduct(dP.colwise() - D);
-      dQ.middleRows(r0, n) = (dS * k) * scale;
+      dQ.middleRows(r0, n) = (dS * k_c) * scale;
       // How much an error ε·|D_i| in D_i moves row i of dQ: ε·scale·|D_i|·max |Σ_j P_ij·K_j|.
-      const Matrix PK = P * k;
+      const Matrix PK = P * k_c;
       for (int r = 0; r < n; ++r)
         D_effect(r0 + r) = scale * std::abs(D(r)) * PK.row(r).cwiseAbs().maxCoeff();
-      dK_t.noalias() += dS.transpose() * q_c;
-      dV_t.noalias() += P.transpose() * do_c;
+      dK_t.topRows(keys).noalias() += dS.transpose() * q_c;
+      dV_t.topRows(keys).noalias() += P.transpose() * do_c;
       if (plain) {
         Matrix Pp = S.unaryExpr(round);
         Column unused(n);
         softmax_rows(Pp, unused);
         Pp = Pp.unaryExpr(round);
         const Matrix dPp = dP.unaryExpr(round);
-        const Matrix Op = (Pp * v).unaryExpr(round);  // the forward's output, as stored
+        const Matrix Op = (Pp * v_c).unaryExpr(round);  // the forward's output, as stored
         const Column Dp = do_c.cwiseProduct(Op).rowwise().sum();
         const Matrix dSp = Pp.cwiseProduct(dPp.colwise() - Dp).unaryExpr(round);
-        pdQ.middleRows(r0, n) = ((dSp * k) * scale).unaryExpr(round);
-        pdK_t.noalias() += dSp.transpose() * q_c;
-        pdV_t.noalias() += Pp.transpose() * do_c;
+        pdQ.middleRows(r0, n) = ((dSp * k_c) * scale).unaryExpr(round);
+        pdK_t.topRows(keys).noalias() += dSp.transpose() * q_c;
+        pdV_t.topRows(keys).noalias() += Pp.transpose() * do_c;
       }
     }
     std::lock_guard<std::mutex> lock(merge);
@@ -201,7 +204,11 @@ BackwardReference::BackwardReference(const Shape& s, course::Dtype dtype, const 
                  dout = head_matrix(s, h, dO);
     HeadGradients g, p;
     head_gradients(s, q, k, v, dout, g, rounded ? &p : nullptr, dtype);
-    max_score = std::max(max_score, (q * k.transpose()).cwiseAbs().maxCoeff() / std::sqrt(double(s.d)));
+    if (!rounded)  // fp32's bound: the largest |scaled score|, 1024 rows at a time
+      for (int r0 = 0; r0 < s.N; r0 += 1024) {
+        const Matrix S = q.middleRows(r0, std::min(1024, s.N - r0)) * k.transpose();
+        max_score = std::max(max_score, S.cwiseAbs().maxCoeff() / std::sqrt(double(s.d)));
+      }
     D_effect = std::max(D_effect, g.D_effect);
     const std::vector<double>* exact[3] = {&g.dQ, &g.dK, &g.dV};
     const std::vector<double>* rounded_grads[3] = {&p.dQ, &p.dK, &p.dV};
