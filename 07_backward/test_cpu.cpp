@@ -62,16 +62,20 @@ TEST_CASE("the float64 formula is the gradient: central finite differences of Σ
         CHECK(std::abs(formula - fd) <= 1e-7 * std::max(1.0, std::abs(fd)));
       }
   }
-  // Causal: the last query row of a head does not move the loss through a key it cannot see...
+  // Causal: row 0 sees key 0 alone, so P[0][0] = 1 whatever Q is, and dQ's row 0 is zero (the
+  // formula: dS = P ∘ (dP − D) = dP[0][0] − dP[0][0]); key 5 of 6 is seen by row 5 alone and its
+  // dK is not zero.
   const Shape s{1, 1, 6, 32, true};
   std::vector<double> x[4];
   for (int k = 0; k < 4; ++k) {
     const auto r = course::random_uniform(s.elements(), 99 + k);
     x[k].assign(r.begin(), r.end());
   }
-  // ... and the last key is seen only by the last row: dK of key 5 comes from row 5 alone, and is
-  // not zero; dV of key 5 is P[5][5]·dO[5].
-  CHECK(std::abs(formula_gradient(s, x[0].data(), x[1].data(), x[2].data(), x[3].data(), 1, 5 * 32 + 3)) > 0.0);
+  for (std::size_t c = 0; c < 32; c += 5) {
+    CHECK(std::abs(formula_gradient(s, x[0].data(), x[1].data(), x[2].data(), x[3].data(), 0, c)) < 1e-12);
+    CHECK(std::abs(finite_difference(s, x[0].data(), x[1].data(), x[2].data(), x[3].data(), 0, c, 1e-5)) < 1e-9);
+  }
+  CHECK(std::abs(formula_gradient(s, x[0].data(), x[1].data(), x[2].data(), x[3].data(), 1, 5 * 32 + 3)) > 1e-6);
 }
 
 TEST_CASE("FlashAttention backward on the CPU matches float64 (dQ, dK, dV), every dtype, causal or not, any N") {
