@@ -13,20 +13,6 @@ namespace {
 using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using RowMajorD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-// max over i of |a[i] − ref[i]| / max(|ref[i]|, rms(ref)): the course's error (compare.hpp).
-double max_error(const std::vector<double>& a, const std::vector<double>& ref) {
-  double squares = 0.0;
-  for (double r : ref) squares += r * r;
-  const double rms = ref.empty() ? 0.0 : std::sqrt(squares / double(ref.size()));
-  double worst = 0.0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double scale = std::max(std::abs(ref[i]), rms);
-    const double e = std::abs(a[i] - ref[i]) / (scale > 0 ? scale : 1.0);
-    worst = std::isfinite(a[i]) ? std::max(worst, e) : INFINITY;
-  }
-  return worst;
-}
-
 }  // namespace
 
 Sample sample_rows(const Shape& s) {
@@ -93,8 +79,8 @@ Reference::Reference(const Shape& s, course::Dtype dtype, const float* Q, const 
       }
   }
   if (plain) {
-    plain_O_ = max_error(plain_O, O_);
-    plain_L_ = max_error(plain_L, L_);
+    plain_O_ = course::max_rel_error(plain_O, O_);
+    plain_L_ = course::max_rel_error(plain_L, L_);
     tol_O_ = std::max(2.0 * plain_O_, course::unit_roundoff(dtype));
     tol_L_ = std::max(2.0 * plain_L_, course::unit_roundoff(dtype));
   } else {

@@ -235,6 +235,20 @@ __device__ inline float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// Accumulators of NT tiles of 16 × 8 (an mma's C) as the A fragments of NT/2 steps of k, packed
+// to 16 bits: tiles 2k and 2k+1 are step k's A (ptx.cuh). How P goes from S = Q·Kᵀ into P·V, and
+// in stage 07 Pᵀ and dSᵀ into dV and dK, without shared memory.
+template <class T, int NT>
+__device__ void pack_a(const float (&C)[NT][4], uint32_t (&A)[NT / 2][4]) {
+#pragma unroll
+  for (int k = 0; k < NT / 2; ++k) {
+    A[k][0] = ptx::pack<T>(C[2 * k][0], C[2 * k][1]);
+    A[k][1] = ptx::pack<T>(C[2 * k][2], C[2 * k][3]);
+    A[k][2] = ptx::pack<T>(C[2 * k + 1][0], C[2 * k + 1][1]);
+    A[k][3] = ptx::pack<T>(C[2 * k + 1][2], C[2 * k + 1][3]);
+  }
+}
+
 // The accumulators S of a block become P̃ = exp(scale·(S − m_new)), packed to 16 bits as the A
 // fragments of P̃·V (tiles 2k and 2k+1 of S are step k's A: see ptx.cuh). Before that, o and l are
 // rescaled by e^(scale·(m − m_new)). l stays each lane's share of its rows' sums: the four shares
@@ -273,14 +287,7 @@ __device__ void online_softmax(float (&S)[MT][NT][4], float (&o)[MT][DT][4], flo
         }
     }
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int k = 0; k < NT / 2; ++k) {
-      P[mt][k][0] = ptx::pack<T>(S[mt][2 * k][0], S[mt][2 * k][1]);
-      P[mt][k][1] = ptx::pack<T>(S[mt][2 * k][2], S[mt][2 * k][3]);
-      P[mt][k][2] = ptx::pack<T>(S[mt][2 * k + 1][0], S[mt][2 * k + 1][1]);
-      P[mt][k][3] = ptx::pack<T>(S[mt][2 * k + 1][2], S[mt][2 * k + 1][3]);
-    }
+  for (int mt = 0; mt < MT; ++mt) pack_a<T>(S[mt], P[mt]);
 }
 
 // --- the epilogue ----------------------------------------------------------------------------------

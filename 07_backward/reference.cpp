@@ -24,19 +24,6 @@ using Column = Eigen::VectorXd;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kChunkRows = 64;  // rows of S a thread works on at a time
 
-// max over i of |a[i] − ref[i]| / max(|ref[i]|, rms(ref)): the course's error (compare.hpp).
-double max_error(const std::vector<double>& a, const std::vector<double>& ref) {
-  double squares = 0.0;
-  for (double r : ref) squares += r * r;
-  const double rms = ref.empty() ? 0.0 : std::sqrt(squares / double(ref.size()));
-  double worst = 0.0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double scale = std::max(std::abs(ref[i]), rms);
-    const double e = std::abs(a[i] - ref[i]) / (scale > 0 ? scale : 1.0);
-    worst = std::isfinite(a[i]) ? std::max(worst, e) : INFINITY;
-  }
-  return worst;
-}
 
 template <class T>
 Matrix head_matrix(const Shape& s, int h, const T* x) {
@@ -221,7 +208,7 @@ BackwardReference::BackwardReference(const Shape& s, course::Dtype dtype, const 
   }
   for (int w = 0; w < 3; ++w) {
     if (rounded) {
-      plain_[w] = max_error(plain[w], ref_[w]);
+      plain_[w] = course::max_rel_error(plain[w], ref_[w]);
       tol_[w] = std::max(2.0 * plain_[w], course::unit_roundoff(dtype));
     } else {
       // The forward's bound on O (stage 06), four times; dQ also takes D's share of O's error

@@ -123,19 +123,10 @@ __global__ void __launch_bounds__(128, 2) flash_backward_kv(Params p, const uint
         dPt[0][n][e] = P * (dPt[0][n][e] - De);
       }
     }
-    // Packed to 16 bits as A fragments (k = queries): tiles 2k and 2k+1 make step k (ptx.cuh).
+    // Packed to 16 bits as A fragments (k = queries).
     uint32_t Pa[1][NT / 2][4], dSa[1][NT / 2][4];
-#pragma unroll
-    for (int k = 0; k < NT / 2; ++k) {
-      Pa[0][k][0] = ptx::pack<T>(St[0][2 * k][0], St[0][2 * k][1]);
-      Pa[0][k][1] = ptx::pack<T>(St[0][2 * k][2], St[0][2 * k][3]);
-      Pa[0][k][2] = ptx::pack<T>(St[0][2 * k + 1][0], St[0][2 * k + 1][1]);
-      Pa[0][k][3] = ptx::pack<T>(St[0][2 * k + 1][2], St[0][2 * k + 1][3]);
-      dSa[0][k][0] = ptx::pack<T>(dPt[0][2 * k][0], dPt[0][2 * k][1]);
-      dSa[0][k][1] = ptx::pack<T>(dPt[0][2 * k][2], dPt[0][2 * k][3]);
-      dSa[0][k][2] = ptx::pack<T>(dPt[0][2 * k + 1][0], dPt[0][2 * k + 1][1]);
-      dSa[0][k][3] = ptx::pack<T>(dPt[0][2 * k + 1][2], dPt[0][2 * k + 1][3]);
-    }
+    pack_a<T>(St[0], Pa[0]);
+    pack_a<T>(dPt[0], dSa[0]);
     if constexpr (kAtomic) {  // dSᵀ rows 16w + g (+8) into shared memory, for dQ
 #pragma unroll
       for (int k = 0; k < NT / 2; ++k)
@@ -281,13 +272,7 @@ __global__ void __launch_bounds__(128, 2) flash_backward_dq(Params p, const uint
         }
         S[0][n][e] = P * (dP[0][n][e] - Dr[e / 2]);
       }
-#pragma unroll
-    for (int k = 0; k < NT / 2; ++k) {
-      dSa[0][k][0] = ptx::pack<T>(S[0][2 * k][0], S[0][2 * k][1]);
-      dSa[0][k][1] = ptx::pack<T>(S[0][2 * k][2], S[0][2 * k][3]);
-      dSa[0][k][2] = ptx::pack<T>(S[0][2 * k + 1][0], S[0][2 * k + 1][1]);
-      dSa[0][k][3] = ptx::pack<T>(S[0][2 * k + 1][2], S[0][2 * k + 1][3]);
-    }
+    pack_a<T>(S[0], dSa[0]);
     pv_ldmatrix<T, D, 1, NT>(dq, dSa, Ks(j));
   }
   // dQ_w·scale through this warp's own rows of Q's tile (only this warp ever read them).

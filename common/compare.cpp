@@ -63,6 +63,19 @@ Comparison compare(const float* out, const double* ref, std::size_t n, double to
   return result;
 }
 
+double max_rel_error(const std::vector<double>& out, const std::vector<double>& ref) {
+  double squares = 0.0;
+  for (double r : ref) squares += r * r;
+  const double rms = ref.empty() ? 0.0 : std::sqrt(squares / double(ref.size()));
+  double worst = 0.0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double scale = std::max(std::abs(ref[i]), rms);
+    const double e = std::abs(out[i] - ref[i]) / (scale > 0 ? scale : 1.0);
+    worst = std::isfinite(out[i]) ? std::max(worst, e) : INFINITY;
+  }
+  return worst;
+}
+
 double fp32_sum_tolerance(std::size_t terms) {
   const double unit_roundoff = std::ldexp(1.0, -24);
   return std::max(1e-6, 4.0 * std::sqrt(static_cast<double>(std::max<std::size_t>(terms, 1))) *

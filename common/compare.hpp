@@ -26,6 +26,10 @@ struct Comparison {
 Comparison compare(const float* out, const double* ref, std::size_t n, double tolerance,
                    std::size_t cols = 0, const std::vector<std::size_t>* where = nullptr);
 
+// The same error measure over whole arrays of doubles, max over i (NaN or inf in `out`: infinite):
+// used where a result is itself a float64 computation, e.g. "attention computed plainly in fp16".
+double max_rel_error(const std::vector<double>& out, const std::vector<double>& ref);
+
 // Tolerance for a float32 result that sums `terms` rounded products (a dot product, a row sum):
 // rounding errors grow about as sqrt(terms) * 2^-24; we allow 4x that and never less than 1e-6.
 double fp32_sum_tolerance(std::size_t terms);
