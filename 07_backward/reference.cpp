@@ -211,10 +211,15 @@ BackwardReference::BackwardReference(const Shape& s, course::Dtype dtype, const 
       plain_[w] = course::max_rel_error(plain[w], ref_[w]);
       tol_[w] = std::max(2.0 * plain_[w], course::unit_roundoff(dtype));
     } else {
-      // The forward's bound on O (stage 06), four times; dQ also takes D's share of O's error
-      // (D = rowsum(dO ∘ O)), amplified by D_effect / rms(dQ): a D error is common to a whole row
-      // of dS, while dQ = scale·dS·K mostly cancels (each row of dS sums to 0).
-      const double base = course::fp32_sum_tolerance(std::size_t(s.N) + s.d) + 8.0 * std::ldexp(1.0, -24) * max_score;
+      // The forward's bound on O (stage 06) with a larger share for the scores, four times. P =
+      // exp(S − L) is recomputed from two dot products of d terms (the forward's, inside L, and the
+      // backward's S), each off by about √d·u·|S| (d roundings, at random): its relative error is
+      // their difference, which grows with the largest |score| (Q times 30 in the tests). dQ also
+      // takes D's share of O's error (D = rowsum(dO ∘ O)), amplified by D_effect / rms(dQ): a D
+      // error is common to a whole row of dS, while dQ = scale·dS·K mostly cancels (each row of dS
+      // sums to 0).
+      const double base = course::fp32_sum_tolerance(std::size_t(s.N) + s.d) +
+                          2.0 * std::sqrt(double(s.d)) * std::ldexp(1.0, -24) * max_score;
       double rms = 0.0;
       for (double x : ref_[0]) rms += x * x;
       rms = std::sqrt(rms / double(std::max<std::size_t>(1, ref_[0].size())));

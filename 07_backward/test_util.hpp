@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "../06_flash_v2/algorithm.hpp"
@@ -26,7 +27,7 @@ inline void check_gradients(const BackwardReference& ref, const float* dQ, const
   const float* grads[3] = {dQ, dK, dV};
   for (int w = 0; w < 3; ++w) {
     const auto c = ref.check(w, grads[w]);
-    INFO(kGradientNames[w] << ": " << c.summary() << " (plain " << ref.plain_error(w) << ")\n" << c.first_mismatches);
+    INFO(std::string(kGradientNames[w]) << ": " << c.summary() << " (plain " << ref.plain_error(w) << ")\n" << c.first_mismatches);
     CHECK(c.ok());
   }
 }
