@@ -188,17 +188,18 @@ __device__ void qk_smem_q(float (&S)[MT][NT][4], const uint16_t* Qs, int row0, c
 
 // o += P̃·V_j: ldmatrix .trans turns 8 keys × 8 columns of V (stored key-major) into the "col" B
 // fragment; one x4 covers 16 keys × two 8-column tiles n, n+1 (tiles: keys 0-7 and 8-15 of
-// columns n, then of n+1), and each feeds MT mma's.
-template <class T, int D, int MT, int NT>
-__device__ void pv_ldmatrix(float (&o)[MT][D / 8][4], const uint32_t (&P)[MT][NT / 2][4],
-                            const uint16_t* Vs) {
+// columns n, then of n+1), and each feeds MT mma's. kCols < D: only V's columns col0 .. col0 +
+// kCols − 1 (stage 07 splits dQ's columns between two warps).
+template <class T, int D, int MT, int NT, int kCols = D>
+__device__ void pv_ldmatrix(float (&o)[MT][kCols / 8][4], const uint32_t (&P)[MT][NT / 2][4],
+                            const uint16_t* Vs, int col0 = 0) {
   const int l = lane_id(), tile = l / 8;
 #pragma unroll
   for (int k = 0; k < NT / 2; ++k)
 #pragma unroll
-    for (int n = 0; n < D / 8; n += 2) {
+    for (int n = 0; n < kCols / 8; n += 2) {
       uint32_t b[4];
-      ptx::ldmatrix_x4_trans(b, Vs + ptx::swizzle<D>(16 * k + 8 * (tile % 2) + l % 8, n + tile / 2));
+      ptx::ldmatrix_x4_trans(b, Vs + ptx::swizzle<D>(16 * k + 8 * (tile % 2) + l % 8, col0 / 8 + n + tile / 2));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         ptx::mma_m16n8k16<T>(o[mt][n], P[mt][k], {b[0], b[1]});

@@ -29,6 +29,8 @@ void launch_flash_backward_fp32(const Shape& s, const BackwardArgs& a);
 // The key-outer pass on the tensor cores, fp16 or bf16, d = 64 or 128 (tc_backward.cu). With
 // a.dQacc it adds dQ's shares there; with a.dQacc null it leaves dQ to launch_flash_backward_dq.
 void launch_flash_backward_tc(const Shape& s, course::Dtype t, const BackwardArgs& a);
+// The same with Bc = 128 keys a block and 8 warps (the tuned rung; tc_backward.cu).
+void launch_flash_backward_tuned(const Shape& s, course::Dtype t, const BackwardArgs& a);
 // The deterministic variant's dQ: a query-outer pass, dQ_i summed on chip and written once.
 void launch_flash_backward_dq(const Shape& s, course::Dtype t, const BackwardArgs& a);
 

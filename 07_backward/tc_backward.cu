@@ -19,6 +19,17 @@
 //
 // IO (flash_backward_model_bytes with Tiles {64, 64}): per (i, j) pair Q_i, dO_i read (2·e·Br·d)
 // and Br·d floats added into dQacc; K, V, dK, dV once.
+//
+// Rung tuned (kWarps = 8), two changes:
+//  1. Bc = 128 keys a block, 8 warps of 16 keys: Q_i, dO_i and the dQacc additions now serve
+//     twice the keys, so the key-outer pass moves half the bytes (≈ (2e + 4)·N²·d/128). Each warp
+//     keeps its 16 keys; dQ_i's 64 rows are split by rows and by column halves.
+//  2. dQ one step late: step i's dQ share is computed in step i+1, after that step's other four
+//     products, from a second dSᵀ buffer. The barrier at the top of step i+1 already makes every
+//     warp's dSᵀ_i visible, so a step has one barrier instead of two.
+// Measured on the H100 (ncu, d = 64, N = 4096): change 1 alone halved the L2 throughput (78% →
+// 37%) but not the time: the kernel is bound by latency (2 warps a scheduler, short-scoreboard and
+// barrier stalls), not by L2. Change 2 is what made it faster (chapter 07, rung log).
 #include "../06_flash_v2/tc_common.cuh"
 #include "check.hpp"
 #include "kernels.cuh"
@@ -28,14 +39,24 @@ namespace bwd {
 
 using namespace attention::tc;
 
-template <int D>
+// kWarps = 4: rung tc (Bc = 64). kWarps = 8: rung tuned (Bc = 128; see the note above the kernel).
+template <int D, int kWarps>
 struct KeyOuter {
-  static constexpr int Br = kTcTiles.Br, Bc = kTcTiles.Bc, kThreads = 128;
+  static constexpr Tiles kTiles = kWarps == 4 ? kTcTiles : kTunedTiles;
+  static constexpr int Br = kTiles.Br, Bc = kTiles.Bc, kThreads = 32 * kWarps;
   static constexpr int NT = Br / 8, DT = D / 8;
-  static_assert(Bc == 16 * (kThreads / 32) && Br == 64, "one warp per 16 keys; dSᵀ rows of 64 queries");
+  static_assert(Bc == 16 * kWarps && Br == 64, "one warp per 16 keys; dSᵀ rows of 64 queries");
+  // dQ_i's share (Br rows × D): warp w takes rows 16·(w % 4) .. +15 and, with 8 warps, half of
+  // the columns (w / 4): kDqCols of them.
+  static constexpr int kDqCols = kWarps == 4 ? D : D / 2;
+  // Rung tuned adds step i's dQ share one step late, after step i+1's other products: the barrier
+  // at the top of step i+1 already says every warp's dSᵀ_i is in shared memory, so the step needs
+  // one barrier instead of two, and dQ's mma's overlap step i+1's. dSᵀ gets two buffers.
+  static constexpr bool kLateDq = kWarps == 8;
+  static constexpr int kDsBuffers = kLateDq ? 2 : 1;
   static constexpr bool kFragsInRegisters = D == 64;  // K_w and V_w's A fragments (d = 128: from smem)
-  // K, V [Bc][D]; Q, dO [2][Br][D]; dSᵀ [Bc][Br] (halves); L, D [2][Br] (floats)
-  static constexpr int kHalves = 2 * Bc * D + 4 * Br * D + Bc * Br;
+  // K, V [Bc][D]; Q, dO [2][Br][D]; dSᵀ [kDsBuffers][Bc][Br] (halves); L, D [2][Br] (floats)
+  static constexpr int kHalves = 2 * Bc * D + 4 * Br * D + kDsBuffers * Bc * Br;
   static constexpr size_t kBytes = 2 * size_t(kHalves) + 4 * 4 * Br;
 };
 
@@ -50,20 +71,20 @@ __device__ void load_stats_async(float* Ls, float* Ds, const float* L, const flo
   }
 }
 
-template <class T, int D, bool kAtomic>
-__global__ void __launch_bounds__(128, 2) flash_backward_kv(Params p, const uint16_t* __restrict__ dO,
+template <class T, int D, int kWarps, bool kAtomic>
+__global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Params p, const uint16_t* __restrict__ dO,
                                                             const float* __restrict__ L, const float* __restrict__ Dv,
                                                             float* __restrict__ dQacc, uint16_t* __restrict__ dK,
                                                             uint16_t* __restrict__ dV) {
-  using F = KeyOuter<D>;
-  constexpr int Br = F::Br, Bc = F::Bc, NT = F::NT, DT = F::DT;
+  using F = KeyOuter<D, kWarps>;
+  constexpr int Br = F::Br, Bc = F::Bc, NT = F::NT, DT = F::DT, kThreads = F::kThreads;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* Ks = smem;
   uint16_t* Vs = Ks + Bc * D;
   auto Qs = [&](int b) { return Vs + Bc * D + b * 2 * Br * D; };
   auto dOs = [&](int b) { return Qs(b) + Br * D; };
-  uint16_t* dSt = Vs + Bc * D + 4 * Br * D;  // dSᵀ: [key][query]
-  float* stats = reinterpret_cast<float*>(dSt + Bc * Br);
+  auto dSt = [&](int b) { return Vs + Bc * D + 4 * Br * D + (F::kLateDq ? b : 0) * Bc * Br; };  // [key][query]
+  float* stats = reinterpret_cast<float*>(dSt(0) + F::kDsBuffers * Bc * Br);
   auto Ls = [&](int b) { return stats + b * 2 * Br; };
   auto Ds = [&](int b) { return Ls(b) + Br; };
   const int warp = threadIdx.x / 32, lane = lane_id(), g = lane / 4, t = lane % 4;
@@ -72,16 +93,46 @@ __global__ void __launch_bounds__(128, 2) flash_backward_kv(Params p, const uint
   const float c = p.scale * 1.4426950408889634f, log2e = 1.4426950408889634f;
   auto fetch = [&](int i, int b) {  // Q_i, dO_i, L_i, D_i into buffer b
     const int row0 = i * Br, rows = p.N - row0;
-    load_tile_async<D, Br, 128>(Qs(b), p.Q + head + size_t(row0) * D, rows);
-    load_tile_async<D, Br, 128>(dOs(b), dO + head + size_t(row0) * D, rows);
+    load_tile_async<D, Br, kThreads>(Qs(b), p.Q + head + size_t(row0) * D, rows);
+    load_tile_async<D, Br, kThreads>(dOs(b), dO + head + size_t(row0) * D, rows);
     load_stats_async<Br>(Ls(b), Ds(b), L + stat0 + row0, Dv + stat0 + row0, rows);
     ptx::cp_async_commit();
   };
 
   const int first = first_query_block(Br, Bc, p.causal, j), Tr = (p.N + Br - 1) / Br;
-  load_tile_async<D, Bc, 128>(Ks, p.K + head + size_t(key0) * D, p.N - key0);
-  load_tile_async<D, Bc, 128>(Vs, p.V + head + size_t(key0) * D, p.N - key0);
+  load_tile_async<D, Bc, kThreads>(Ks, p.K + head + size_t(key0) * D, p.N - key0);
+  load_tile_async<D, Bc, kThreads>(Vs, p.V + head + size_t(key0) * D, p.N - key0);
   fetch(first, 0);
+
+  // dQ_i's share, from dSᵀ_i in shared memory (every warp's), added into dQacc.
+  auto add_dq = [&](const uint16_t* dS, int row0) {
+    // dQ_i's share for queries 16·rw .. +15, columns col0 .. col0 + kDqCols − 1: A = dS
+    // (queries × keys) by ldmatrix .trans from dSᵀ; B = K_j (keys × d) by ldmatrix .trans, as V
+    // in P·V.
+    const int rw = kWarps == 4 ? warp : warp % 4, col0 = kWarps == 4 ? 0 : (warp / 4) * F::kDqCols;
+    uint32_t dSq[1][Bc / 16][4];
+#pragma unroll
+    for (int k = 0; k < Bc / 16; ++k) {
+      const int tile = lane / 8, key = 16 * k + 8 * (tile / 2) + lane % 8;
+      ptx::ldmatrix_x4_trans(dSq[0][k], dS + ptx::swizzle<Br>(key, 2 * rw + tile % 2));
+    }
+    float dq[1][F::kDqCols / 8][4] = {};
+    pv_ldmatrix<T, D, 1, Bc / 8, F::kDqCols>(dq, dSq, Ks, col0);
+    // Lanes t and t^1 swap halves (one shuffle of two floats) so that each holds 4 neighbours of
+    // one row: the even lane row g, the odd one row g + 8, columns 8n + 4·(t/2) .. +3; one 16-byte
+    // reduction each, and a warp's request covers 16 rows × 32 bytes, whole sectors.
+    const bool odd = t & 1;
+    const int query = row0 + 16 * rw + g + 8 * odd;
+    float* row = dQacc + head + size_t(query) * D + col0 + 4 * (t / 2);
+#pragma unroll
+    for (int n = 0; n < F::kDqCols / 8; ++n) {
+      const float give0 = odd ? dq[0][n][0] : dq[0][n][2], give1 = odd ? dq[0][n][1] : dq[0][n][3];
+      const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+      const float4 v = odd ? make_float4(got0, got1, dq[0][n][2], dq[0][n][3])
+                           : make_float4(dq[0][n][0], dq[0][n][1], got0, got1);
+      if (query < p.N) ptx::red_add_f32x4(row + 8 * n, v);
+    }
+  };
 
   uint32_t kf[1][F::kFragsInRegisters ? D / 16 : 1][4], vf[1][F::kFragsInRegisters ? D / 16 : 1][4];
   float dk[1][DT][4] = {}, dv[1][DT][4] = {};
@@ -133,7 +184,7 @@ __global__ void __launch_bounds__(128, 2) flash_backward_kv(Params p, const uint
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
           const int key = 16 * warp + g + 8 * (x % 2), chunk = 2 * k + x / 2;
-          *reinterpret_cast<uint32_t*>(dSt + ptx::swizzle<Br>(key, chunk) + 2 * t) = dSa[0][k][x];
+          *reinterpret_cast<uint32_t*>(dSt(b) + ptx::swizzle<Br>(key, chunk) + 2 * t) = dSa[0][k][x];
         }
     }
 
@@ -142,32 +193,17 @@ __global__ void __launch_bounds__(128, 2) flash_backward_kv(Params p, const uint
     pv_ldmatrix<T, D, 1, NT>(dk, dSa, Qs(b));
 
     if constexpr (kAtomic) {
-      __syncthreads();  // dSᵀ of every warp is in shared memory
-      // dQ_i's share for queries 16w .. 16w+15: A = dS (queries × keys) by ldmatrix .trans from
-      // dSᵀ; B = K_j (keys × d) by ldmatrix .trans, as V in P·V.
-      uint32_t dSq[1][Bc / 16][4];
-#pragma unroll
-      for (int k = 0; k < Bc / 16; ++k) {
-        const int tile = lane / 8, key = 16 * k + 8 * (tile / 2) + lane % 8;
-        ptx::ldmatrix_x4_trans(dSq[0][k], dSt + ptx::swizzle<Br>(key, 2 * warp + tile % 2));
-      }
-      float dq[1][DT][4] = {};
-      pv_ldmatrix<T, D, 1, Bc / 8>(dq, dSq, Ks);
-      // Lanes t and t^1 swap halves (one shuffle of two floats) so that each holds 4 neighbours of
-      // one row: the even lane row g, the odd one row g + 8, columns 8n + 4·(t/2) .. +3; one 16-byte
-      // reduction each, and a warp's request covers 16 rows × 32 bytes, whole sectors.
-      const bool odd = t & 1;
-      const int query = row0 + 16 * warp + g + 8 * odd;
-      float* row = dQacc + head + size_t(query) * D + 4 * (t / 2);
-#pragma unroll
-      for (int n = 0; n < DT; ++n) {
-        const float give0 = odd ? dq[0][n][0] : dq[0][n][2], give1 = odd ? dq[0][n][1] : dq[0][n][3];
-        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-        const float4 v = odd ? make_float4(got0, got1, dq[0][n][2], dq[0][n][3])
-                             : make_float4(dq[0][n][0], dq[0][n][1], got0, got1);
-        if (query < p.N) ptx::red_add_f32x4(row + 8 * n, v);
+      if constexpr (F::kLateDq) {
+        if (i > first) add_dq(dSt(b ^ 1), row0 - Br);  // step i−1's, made visible by the barrier above
+      } else {
+        __syncthreads();  // dSᵀ of every warp is in shared memory
+        add_dq(dSt(0), row0);
       }
     }
+  }
+  if constexpr (kAtomic && F::kLateDq) {  // the last step's share
+    __syncthreads();
+    add_dq(dSt((Tr - 1 - first) & 1), (Tr - 1) * Br);
   }
 
   // dK_w·scale and dV_w, through shared memory (this warp's own rows of K and V, once every warp
@@ -295,10 +331,13 @@ __global__ void __launch_bounds__(128, 2) flash_backward_dq(Params p, const uint
 
 }  // namespace bwd
 
-void launch_flash_backward_tc(const Shape& s, course::Dtype t, const BackwardArgs& a) {
-  tc::dispatch("flash backward (tensor cores)", s, t, [&](auto config) {
+namespace {
+// The key-outer pass with kWarps warps (Bc = 16·kWarps keys a block); dQacc null: no dQ.
+template <int kWarps>
+void launch_key_outer(const char* what, const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  tc::dispatch(what, s, t, [&](auto config) {
     using C = decltype(config);
-    using F = bwd::KeyOuter<C::D>;
+    using F = bwd::KeyOuter<C::D, kWarps>;
     auto run = [&](auto kernel) {
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(F::kBytes)));
       const dim3 grid((s.N + F::Bc - 1) / F::Bc, s.heads());
@@ -307,9 +346,18 @@ void launch_flash_backward_tc(const Shape& s, course::Dtype t, const BackwardArg
                                                static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
       CUDA_CHECK_LAUNCH();
     };
-    if (a.dQacc) run(bwd::flash_backward_kv<typename C::T, C::D, true>);
-    else run(bwd::flash_backward_kv<typename C::T, C::D, false>);
+    if (a.dQacc) run(bwd::flash_backward_kv<typename C::T, C::D, kWarps, true>);
+    else run(bwd::flash_backward_kv<typename C::T, C::D, kWarps, false>);
   });
+}
+}  // namespace
+
+void launch_flash_backward_tc(const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  launch_key_outer<4>("flash backward (tensor cores)", s, t, a);
+}
+
+void launch_flash_backward_tuned(const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  launch_key_outer<8>("flash backward (tensor cores, tuned)", s, t, a);
 }
 
 void launch_flash_backward_dq(const Shape& s, course::Dtype t, const BackwardArgs& a) {

@@ -82,7 +82,8 @@ TEST_CASE("FlashAttention backward on the CPU matches float64 (dQ, dK, dV), ever
   for (Dtype t : kAll)
     for (bool causal : {false, true})
       for (int N : {1, 7, 64, 130, 333})
-        for (const BackwardPlan& plan : {kAtomic, kDeterministic}) {
+        for (const BackwardPlan& plan : {kAtomic, kDeterministic, bwd_variant("tuned").plan,
+                                         bwd_variant("tuned_deterministic").plan}) {
           const Shape s{1, 2, N, 64, causal};
           const auto in = make_backward_inputs(s, t, course::fresh_seed());
           CAPTURE(s.text());
@@ -158,12 +159,14 @@ TEST_CASE("counted IO equals the model exactly, any N, every dtype, causal or no
     for (bool causal : {false, true})
       for (auto [N, d] : std::vector<std::array<int, 2>>{{64, 64}, {517, 128}, {300, 32}, {129, 64}}) {
         if (d == 32 && t != Dtype::fp32) continue;
-        for (const BackwardPlan& plan : {kAtomic, kDeterministic}) {
+        for (const BackwardPlan& plan : {kAtomic, kDeterministic, bwd_variant("tuned").plan,
+                                         bwd_variant("tuned_deterministic").plan}) {
           const Shape s{2, 2, N, d, causal};
           CAPTURE(s.text());
           const std::string dtype = course::name(t);
           CAPTURE(dtype);
           CAPTURE(plan.deterministic);
+          CAPTURE(plan.kv.Bc);
           const auto in = make_backward_inputs(s, t, course::fresh_seed());
           CHECK(double(run_counted(s, t, plan, in).io.total()) == flash_backward_model_bytes(s, t, plan));
         }
@@ -197,7 +200,9 @@ TEST_CASE("causal: key block j meets the query blocks from the one holding its f
 }
 
 TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused with a message") {
-  CHECK(bwd_variants().size() == 3);
+  CHECK(bwd_variants().size() == 5);
+  CHECK(bwd_variant("tuned").plan.kv.Bc == 128);
+  CHECK(bwd_variant("tuned_deterministic").plan.deterministic);
   CHECK(bwd_variant("flash_bwd").supports(Dtype::fp32, 32));
   CHECK(bwd_variant("tc").supports(Dtype::bf16, 128));
   CHECK_FALSE(bwd_variant("tc").supports(Dtype::fp32, 64));

@@ -22,12 +22,14 @@ BackwardLaunch atomic(void (*pass)(const Shape&, Dtype, const BackwardArgs&)) {
 }
 void fp32_pass(const Shape& s, Dtype, const BackwardArgs& a) { launch_flash_backward_fp32(s, a); }
 // Deterministic: preprocess (D), the key-outer pass without dQ, the query-outer dQ pass.
-void deterministic(const Shape& s, Dtype t, const BackwardArgs& a) {
-  BackwardArgs b = a;
-  b.dQacc = nullptr;
-  launch_backward_preprocess(s, t, b);
-  launch_flash_backward_tc(s, t, b);
-  launch_flash_backward_dq(s, t, b);
+BackwardLaunch deterministic(void (*pass)(const Shape&, Dtype, const BackwardArgs&)) {
+  return [pass](const Shape& s, Dtype t, const BackwardArgs& a) {
+    BackwardArgs b = a;
+    b.dQacc = nullptr;
+    launch_backward_preprocess(s, t, b);
+    pass(s, t, b);
+    launch_flash_backward_dq(s, t, b);
+  };
 }
 #define COURSE_LAUNCH(f) BackwardLaunch(f)
 #else
@@ -45,7 +47,10 @@ const std::vector<BwdVariant>& bwd_variants() {
   static const std::vector<BwdVariant> variants = {
       {"flash_bwd", {Dtype::fp32}, {32, 64, 128}, {kFp32Tiles}, COURSE_LAUNCH(atomic(fp32_pass))},
       {"tc", half, {64, 128}, {kTcTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_tc))},
-      {"tc_deterministic", half, {64, 128}, {kTcTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic)},
+      {"tc_deterministic", half, {64, 128}, {kTcTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_tc))},
+      {"tuned", half, {64, 128}, {kTunedTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_tuned))},
+      {"tuned_deterministic", half, {64, 128}, {kTunedTiles, true, kDqTiles},
+       COURSE_LAUNCH(deterministic(launch_flash_backward_tuned))},
   };
   return variants;
 }

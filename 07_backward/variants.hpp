@@ -24,7 +24,8 @@ struct BwdVariant {
   bool supports(course::Dtype t, int d) const;
 };
 
-// flash_bwd (fp32, CUDA cores), then on the tensor cores tc (atomic dQ) and tc_deterministic.
+// flash_bwd (fp32, CUDA cores), then on the tensor cores tc (atomic dQ) and tc_deterministic,
+// and tuned (Bc = 128, 8 warps) with its deterministic form.
 const std::vector<BwdVariant>& bwd_variants();
 const BwdVariant& bwd_variant(const std::string& name);  // throws UsageError for an unknown name
 
