@@ -215,4 +215,19 @@ double flash_backward_device_bytes(const Shape& s, course::Dtype dtype, bool det
   return 8.0 * n * double(course::bytes_of(dtype)) + 8.0 * rows + (deterministic ? 0.0 : 4.0 * n);
 }
 
+double standard_forward_model_bytes(const Shape& s, course::Dtype dtype) {
+  const double e = double(course::bytes_of(dtype)), N = s.N, H = s.heads();
+  return H * (4.0 * e * N * N + 4.0 * e * N * s.d);
+}
+
+double standard_backward_model_bytes(const Shape& s, course::Dtype dtype) {
+  const double e = double(course::bytes_of(dtype)), N = s.N, H = s.heads();
+  return H * (7.0 * e * N * N + 8.0 * e * N * s.d);
+}
+
+double standard_backward_device_bytes(const Shape& s, course::Dtype dtype) {
+  const double e = double(course::bytes_of(dtype)), N = s.N, H = s.heads();
+  return H * (8.0 * e * N * s.d + 2.0 * e * N * N);
+}
+
 }  // namespace attention

@@ -76,6 +76,18 @@ double flash_backward_model_bytes(const Shape& s, course::Dtype dtype, const Bac
 // Device memory: the inputs Q, K, V, O, dO and L; D; the outputs dQ, dK, dV; dQacc if atomic.
 double flash_backward_device_bytes(const Shape& s, course::Dtype dtype, bool deterministic);
 
+// Standard attention (standard.cu: cuBLAS products, P kept between the passes), per head with
+// e the element size, if every step reads its inputs and writes its output once (a lower bound:
+// cuBLAS may read its operands more than once; the measured bytes say how much):
+//   forward   S = scale·Q·Kᵀ  2e·N·d + e·N²    softmax in place  2e·N²    O = P·V  e·N² + 2e·N·d
+//   backward  dV = Pᵀ·dO  e·N² + 2e·N·d    dP = dO·Vᵀ  2e·N·d + e·N²    dS  3e·N² (P, dP in)
+//             dQ = scale·dS·K, dK = scale·dSᵀ·Q  2·(e·N² + 2e·N·d)
+// Causal changes nothing: the products run over the whole square and the softmax writes zeros.
+double standard_forward_model_bytes(const Shape& s, course::Dtype dtype);   // 4e·N² + 4e·N·d
+double standard_backward_model_bytes(const Shape& s, course::Dtype dtype);  // 7e·N² + 8e·N·d
+// Device memory: Q, K, V, O, dO, dQ, dK, dV, and the two N² workspaces P and dP/dS.
+double standard_backward_device_bytes(const Shape& s, course::Dtype dtype);
+
 // The block sizes the kernels are compiled with (kernels_fp32.cu, tc_backward.cu): key-outer
 // passes Br × Bc (the tuned rung: twice the keys a block), and the deterministic variants'
 // query-outer dQ pass.

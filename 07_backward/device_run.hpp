@@ -1,6 +1,8 @@
 // The device buffers of one backward run (CUDA builds only), allocated per run so that a run's
 // peak device memory is its own: the inputs Q, K, V, dO, the forward's O and L (computed here by
 // stage 06's fastest forward for the dtype), D, the gradients, and dQacc for the atomic variants.
+// Standard attention instead runs its own forward, which keeps P (and needs a second N² buffer
+// for dP and dS).
 #pragma once
 #if COURSE_HAS_CUDA
 
@@ -12,6 +14,7 @@
 #include "device_buffer.hpp"
 #include "kernels.cuh"
 #include "problem.hpp"
+#include "variants.hpp"
 
 namespace attention {
 
@@ -20,8 +23,12 @@ struct BackwardDeviceRun {
   course::DeviceBuffer<float> Qf, Kf, Vf, Of, dOf, dQf, dKf, dVf;                   // fp32
   course::DeviceBuffer<std::uint16_t> Qh, Kh, Vh, Oh, dOh, dQh, dKh, dVh;          // fp16, bf16
   course::DeviceBuffer<float> L, D, dQacc;
+  course::DeviceBuffer<std::uint16_t> P, dS;  // standard attention
+  bool standard;
 
-  BackwardDeviceRun(const Shape& s, course::Dtype dtype, const BackwardInputs& in, bool atomic) : t(dtype) {
+  BackwardDeviceRun(const Shape& s, course::Dtype dtype, const BackwardInputs& in, const BwdVariant& v)
+      : t(dtype), standard(v.standard) {
+    const bool atomic = !v.standard && !v.plan.deterministic;
     const std::size_t n = s.elements(), rows = std::size_t(s.heads()) * s.N;
     if (t == course::Dtype::fp32) {
       Qf = course::DeviceBuffer<float>(in.fwd.Q), Kf = course::DeviceBuffer<float>(in.fwd.K);
@@ -37,16 +44,23 @@ struct BackwardDeviceRun {
     L = course::DeviceBuffer<float>(rows);
     D = course::DeviceBuffer<float>(rows);
     if (atomic) dQacc = course::DeviceBuffer<float>(n);
+    if (standard) {
+      const std::size_t square = std::size_t(s.heads()) * s.N * s.N;
+      P = course::DeviceBuffer<std::uint16_t>(square), dS = course::DeviceBuffer<std::uint16_t>(square);
+    }
   }
   bool fp32() const { return t == course::Dtype::fp32; }
-  // O and L: stage 06's forward (flash_v2 in fp32, tuned on the tensor cores).
+  // O and L: stage 06's forward (flash_v2 in fp32, tuned on the tensor cores); standard
+  // attention: O and P, by its own forward.
   void forward(const Shape& s) {
+    if (standard) return launch_standard_forward(s, t, args(), Oh.get());
     const V2Variant& v = v2_variant(fp32() ? "flash_v2" : "tuned");
     v.launch(s, t, args().Q, args().K, args().V, fp32() ? static_cast<void*>(Of.get()) : Oh.get(), L.get());
   }
   BackwardArgs args() {
     if (fp32()) return {Qf.get(), Kf.get(), Vf.get(), Of.get(), dOf.get(), L.get(), D.get(), dQacc.get(), dQf.get(), dKf.get(), dVf.get()};
-    return {Qh.get(), Kh.get(), Vh.get(), Oh.get(), dOh.get(), L.get(), D.get(), dQacc.get(), dQh.get(), dKh.get(), dVh.get()};
+    return {Qh.get(), Kh.get(), Vh.get(), Oh.get(), dOh.get(), L.get(), D.get(), dQacc.get(), dQh.get(), dKh.get(), dVh.get(),
+            P.get(), dS.get()};
   }
   // Every output (and D, dQacc) poisoned: an element nobody writes fails the comparison.
   void poison() {

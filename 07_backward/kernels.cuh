@@ -15,6 +15,7 @@ struct BackwardArgs {
   float* D;
   float* dQacc;
   void *dQ, *dK, *dV;
+  void *P = nullptr, *dS = nullptr;  // standard attention only: B·H·N² values of the dtype each
 };
 
 // D = rowsum(dO ∘ O), one float a row; and dQacc = 0 when dQacc is not null (preprocess.cu).
@@ -31,6 +32,10 @@ void launch_flash_backward_fp32(const Shape& s, const BackwardArgs& a);
 void launch_flash_backward_tc(const Shape& s, course::Dtype t, const BackwardArgs& a);
 // The same with Bc = 128 keys a block and 8 warps (the tuned rung; tc_backward.cu).
 void launch_flash_backward_tuned(const Shape& s, course::Dtype t, const BackwardArgs& a);
+// Standard attention in fp16/bf16 (standard.cu): cuBLAS products and the softmax rows kept in
+// a.P. The forward writes P and O; the backward reads P and uses a.dS for dP, then dS.
+void launch_standard_forward(const Shape& s, course::Dtype t, const BackwardArgs& a, void* O);
+void launch_standard_backward(const Shape& s, course::Dtype t, const BackwardArgs& a);
 // The deterministic variant's dQ: a query-outer pass, dQ_i summed on chip and written once.
 void launch_flash_backward_dq(const Shape& s, course::Dtype t, const BackwardArgs& a);
 

@@ -2,7 +2,9 @@
 // tensor cores in fp16 and bf16 (atomic and deterministic dQ). For every run: the model of its
 // bytes, the CPU count, a check of dQ, dK and dV against float64, the median time of the backward
 // pass (its forward, stage 06's, runs once before, untimed), the hardware counters and the peak
-// device memory. docs/07_backward.md explains.
+// device memory. Standard attention (cuBLAS, P kept from its own forward) is the baseline.
+// --with-forward times the forward and the backward pass together (the paper's Fig. 2).
+// docs/07_backward.md explains.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <map>
 
+#include "../06_flash_v2/variants.hpp"
 #include "algorithm.hpp"
 #include "bench.hpp"
 #include "check.hpp"
@@ -60,6 +63,7 @@ int main(int argc, char** argv) {
   double count_limit = double(1 << 28);
   int tokens = 0, check_heads = 3;
   std::string dump_dir;
+  bool with_forward = false;
   course::add_common_options(app, options);
   app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
   app.add_option("--tokens", tokens, "Tokens B*N: when given, B = tokens / N for each N")->check(course::whole_number(1));
@@ -89,6 +93,9 @@ int main(int argc, char** argv) {
   app.add_option("--dump", dump_dir,
                  "Write the inputs and every GPU variant's gradients to this (existing) directory as raw "
                  "float32, for scripts/peers/check_backward.py (one N and one dtype)");
+  app.add_flag("--with-forward", with_forward,
+               "Time the forward pass and the backward pass together (variants named <name>_fwdbwd): "
+               "FlashAttention's with stage 06's forward, standard attention with its own");
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program("07_backward", [&]() -> int {
@@ -130,13 +137,17 @@ int main(int argc, char** argv) {
 
         for (const BwdVariant* v : runs) {
           const BackwardPlan& plan = v->plan;
-          std::string blocks = " Br=" + std::to_string(plan.kv.Br) + " Bc=" + std::to_string(plan.kv.Bc);
-          course::Row row = bench.row(v->name, s.text() + blocks);
+          std::string blocks = v->standard ? "" : " Br=" + std::to_string(plan.kv.Br) + " Bc=" + std::to_string(plan.kv.Bc);
+          course::Row row = bench.row(v->name + (with_forward ? "_fwdbwd" : ""), s.text() + blocks);
           row.dtype = course::name(t);
           row.size = N;
-          row.flops = backward_flops(s);
-          row.io_model_bytes = flash_backward_model_bytes(s, t, plan);
-          if (count) {
+          row.flops = backward_flops(s) + (with_forward ? s.flops() : 0.0);
+          double model = v->standard ? standard_backward_model_bytes(s, t) : flash_backward_model_bytes(s, t, plan);
+          if (with_forward)
+            model += v->standard ? standard_forward_model_bytes(s, t)
+                                 : flash_v2_model_bytes(s, t, v2_variant(t == Dtype::fp32 ? "flash_v2" : "tuned").tiles(s.d));
+          row.io_model_bytes = model;
+          if (count && !v->standard && !with_forward) {
             const std::string key = blocks + (plan.deterministic ? " det" : "");
             if (!counted.count(key)) {
               if (O.empty()) {
@@ -154,7 +165,8 @@ int main(int argc, char** argv) {
           }
 #if COURSE_HAS_CUDA
           if (bench.use_gpu()) {
-            const double device = flash_backward_device_bytes(s, t, plan.deterministic);
+            const double device = v->standard ? standard_backward_device_bytes(s, t)
+                                              : flash_backward_device_bytes(s, t, plan.deterministic);
             try {
               course::require_fits(0.0, device, v->name + " " + s.text());
             } catch (const course::ResourceError& e) {
@@ -164,10 +176,13 @@ int main(int argc, char** argv) {
               continue;
             }
             course::reset_device_peak();
-            BackwardDeviceRun dev(s, t, in, !plan.deterministic);
+            BackwardDeviceRun dev(s, t, in, *v);
             dev.forward(s);
             dev.poison();
-            bench.measure_gpu(row, [&] { v->launch(s, t, dev.args()); }, [&] {
+            bench.measure_gpu(row, [&] {
+              if (with_forward) dev.forward(s);
+              v->launch(s, t, dev.args());
+            }, [&] {
               const auto dQ = dev.dQ(), dK = dev.dK(), dV = dev.dV();
               if (!dump_dir.empty()) {
                 dump.write(v->name + ".dQ.bin", dQ), dump.write(v->name + ".dK.bin", dK), dump.write(v->name + ".dV.bin", dV);
@@ -184,11 +199,14 @@ int main(int argc, char** argv) {
     }
     notes.insert(notes.begin(),
                  {"model: the chapter's formula for bytes between the SMs and L2 (the backward pass only: "
-                  "preprocess, main pass(es), dQ); counted: the CPU run through the counting view "
-                  "(B*H*N*N*d <= " + std::to_string(static_cast<long long>(count_limit)) + ", else n/a)",
+                  "preprocess, main pass(es), dQ; standard: each step's inputs and output once; with "
+                  "--with-forward, the forward's too); counted: the CPU run through the counting view "
+                  "(B*H*N*N*d <= " + std::to_string(static_cast<long long>(count_limit)) +
+                      ", else n/a; not for standard attention, whose products are cuBLAS's)",
                   "max rel err: the gradient (dQ, dK or dV) closest to its tolerance, against float64 on the "
                   "rounded inputs (every head if B*H*N <= 16384, else " + std::to_string(check_heads) +
-                      "); TFLOP/s from 2.5 * 4*B*H*N^2*d (halved when causal)"});
+                      "); TFLOP/s from 2.5 * 4*B*H*N^2*d (3.5 * with --with-forward; halved when causal, even for "
+                      "standard attention, which computes the whole square)"});
     char title[256];
     std::snprintf(title, sizeof title,
                   "07_backward on %s, Q, K, V, dO uniform in [-1, 2) (Q times %g), seed %llu (repeat with --seed %llu)",

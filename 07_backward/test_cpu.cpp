@@ -192,6 +192,24 @@ TEST_CASE("the model: (2e + 4)·N²·d/Bc for the atomic pass; the deterministic
   CHECK(backward_flops(s) == doctest::Approx(2.5 * 4 * s.heads() * double(s.N) * s.N * s.d));
 }
 
+TEST_CASE("standard attention's model: the N² tensors P, dP and dS dominate; its memory grows as N²") {
+  const Shape s{2, 3, 1000, 64, false};
+  const double e = 2.0, N = 1000, H = 6, d = 64;
+  // backward: P read by dV, dP written, P and dP read and dS written, dS read by dQ and dK
+  CHECK(standard_backward_model_bytes(s, Dtype::fp16) == doctest::Approx(H * (7 * e * N * N + 8 * e * N * d)));
+  CHECK(standard_forward_model_bytes(s, Dtype::bf16) == doctest::Approx(H * (4 * e * N * N + 4 * e * N * d)));
+  CHECK(standard_backward_device_bytes(s, Dtype::fp16) == doctest::Approx(H * (8 * e * N * d + 2 * e * N * N)));
+  // Twice N: the standard backward's bytes grow almost 4×. Between the SMs and L2 FlashAttention's
+  // backward (Bc = 128) moves ≈ (2e + 4)·N²·d/Bc = 4·N² bytes a head at d = 64, standard 7e·N² =
+  // 14·N²: only 3.5× fewer, as Q_i, dO_i and the dQ additions return for every key block.
+  Shape twice = s;
+  twice.N *= 2;
+  CHECK(standard_backward_model_bytes(twice, Dtype::fp16) / standard_backward_model_bytes(s, Dtype::fp16) > 3.8);
+  const double ratio = standard_backward_model_bytes(s, Dtype::fp16) / flash_backward_model_bytes(s, Dtype::fp16, bwd_variant("tuned").plan);
+  CHECK(ratio > 2.5);
+  CHECK(ratio < 3.5);
+}
+
 TEST_CASE("causal: key block j meets the query blocks from the one holding its first key") {
   CHECK(first_query_block(64, 64, true, 3) == 3);
   CHECK(first_query_block(64, 64, false, 3) == 0);
@@ -200,7 +218,9 @@ TEST_CASE("causal: key block j meets the query blocks from the one holding its f
 }
 
 TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused with a message") {
-  CHECK(bwd_variants().size() == 5);
+  CHECK(bwd_variants().size() == 6);
+  CHECK(bwd_variant("standard").standard);
+  CHECK_FALSE(bwd_variant("standard").supports(Dtype::fp32, 64));
   CHECK(bwd_variant("tuned").plan.kv.Bc == 128);
   CHECK(bwd_variant("tuned_deterministic").plan.deterministic);
   CHECK(bwd_variant("flash_bwd").supports(Dtype::fp32, 32));

@@ -30,7 +30,7 @@ struct Grads {
 };
 
 Grads run_gpu(const BwdVariant& v, const Shape& s, Dtype t, const BackwardInputs& in) {
-  BackwardDeviceRun dev(s, t, in, !v.plan.deterministic);
+  BackwardDeviceRun dev(s, t, in, v);
   dev.forward(s);
   dev.poison();  // an element nobody writes fails the comparison
   v.launch(s, t, dev.args());
@@ -105,6 +105,10 @@ TEST_CASE("bad input: dtypes and head dimensions a kernel does not take, empty s
   CHECK_THROWS_AS(launch_flash_backward_fp32(Shape{1, 1, 4, 48, false}, a), course::UsageError);
   CHECK_THROWS_AS(launch_flash_backward_fp32(Shape{1, 1, 4, 64, false}, no_acc), course::UsageError);
   CHECK_THROWS_AS(bwd_variant("tc").launch(Shape{1, 1, 4, 64, false}, Dtype::fp16, no_acc), course::UsageError);
+  CHECK_THROWS_AS(launch_standard_backward(Shape{1, 1, 4, 64, false}, Dtype::fp16, a), course::UsageError);  // no P
+  BackwardArgs with_p = a;
+  with_p.P = with_p.dS = p;
+  CHECK_THROWS_AS(launch_standard_backward(Shape{1, 1, 4, 64, false}, Dtype::fp32, with_p), course::UsageError);
 }
 
 TEST_CASE("stage 07 kernels: measured SM<->L2 traffic is the counted traffic") {
@@ -112,7 +116,7 @@ TEST_CASE("stage 07 kernels: measured SM<->L2 traffic is the counted traffic") {
   for (const auto& v : bwd_variants())
     for (auto [N, d, causal] : std::vector<std::array<int, 3>>{{1024, 64, 0}, {1000, 128, 1}, {517, 64, 1}}) {
       const Dtype t = v.dtypes.front();
-      if (!v.supports(t, d)) continue;
+      if (!v.supports(t, d) || v.standard) continue;  // standard: cuBLAS's traffic is not counted
       const Shape s{2, 2, N, d, causal != 0};
       CAPTURE(v.name);
       CAPTURE(s.text());
@@ -121,7 +125,7 @@ TEST_CASE("stage 07 kernels: measured SM<->L2 traffic is the counted traffic") {
       std::vector<float> dQ(s.elements()), dK(s.elements()), dV(s.elements());
       const auto counted = flash_backward_counted(s, t, v.plan, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
                                                   f.O.data(), in.dO.data(), f.L.data(), dQ.data(), dK.data(), dV.data());
-      BackwardDeviceRun dev(s, t, in, !v.plan.deterministic);
+      BackwardDeviceRun dev(s, t, in, v);
       dev.forward(s);
       const auto r = course::measure_traffic([&] { v.launch(s, t, dev.args()); });
       if (!r.traffic) {

@@ -21,11 +21,13 @@ struct BwdVariant {
   std::vector<int> ds;  // head dimensions
   BackwardPlan plan;
   BackwardLaunch launch;  // empty in a CPU-only build
+  bool standard = false;  // standard attention: P kept from its own forward; `plan` unused
   bool supports(course::Dtype t, int d) const;
 };
 
 // flash_bwd (fp32, CUDA cores), then on the tensor cores tc (atomic dQ) and tc_deterministic,
-// and tuned (Bc = 128, 8 warps) with its deterministic form.
+// and tuned (Bc = 128, 8 warps) with its deterministic form; and standard attention's backward
+// (fp16/bf16 through cuBLAS, P kept), the baseline.
 const std::vector<BwdVariant>& bwd_variants();
 const BwdVariant& bwd_variant(const std::string& name);  // throws UsageError for an unknown name
 
