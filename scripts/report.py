@@ -7,7 +7,8 @@ Writes DIR/<family>_io.png (bytes moved vs problem size, log-log: the model as l
 count and the GPU's counters as markers), DIR/<family>_speed.png (speed vs size, with the peer the
 reader would otherwise use), DIR/io_probe.png (the check of the counters), the attention figures
 (attention_*.png, flash_v1_fig2.png; stage 06: flash_v2_ladder*.png, flash_v2_vs_fa2.png,
-flash_v2_io.png) and DIR/summary.md (with stage 06's tables), and prints the summary.
+flash_v2_io.png; stage 07: backward_ladder*.png, backward_vs_fa2.png, backward_fig2.png) and
+DIR/summary.md (with stage 06's and 07's tables), and prints the summary.
 """
 import argparse
 import csv
@@ -65,6 +66,15 @@ FAMILIES = OrderedDict(
         peer=None,
         xlabel="sequence length N",
         title="FlashAttention-2",
+        speed="tflops",
+        generic_plots=False,
+    ),
+    # The backward pass: plot_backward draws its figures (the ladder, % of FA-2, Fig. 2).
+    backward=dict(
+        stages=["07_backward"],
+        peer=None,
+        xlabel="sequence length N",
+        title="attention backward",
         speed="tflops",
         generic_plots=False,
     ),
@@ -413,6 +423,9 @@ IO_PICKS = [("flash_v1", "fp32", BIG), ("flash_v2", "fp32", BIG), ("flash_v1", "
             ("flash_v1", "fp32", SMALL), ("flash_v2", "fp32", SMALL), ("cp_async", "fp16", SMALL),
             ("tuned", "fp16", SMALL)]
 TRITON_SHAPE = dict(B=4, H=48, d=64, causal=1)  # where our Triton FA-2 was measured (fp16)
+# What the ladder figures draw: stage 06's forward here, stage 07's backward below.
+LADDER_V2 = dict(style=FLASH_V2_STYLE, rungs=RUNGS, best="tuned", fa2="pytorch_flash", cudnn="pytorch_cudnn",
+                 what="attention forward", ladder="The ladder", ylabel="TFLOP/s (4·B·H·N²·d, halved when causal)")
 
 
 def v2_find(recs, variant, dtype, need="tflops", **want):
@@ -451,7 +464,7 @@ def cell_fields(cell):
     return dict(B=B, H=H, N=N, d=d, causal=causal)
 
 
-def plot_ladder(recs, dtype, out, name):
+def plot_ladder(recs, dtype, out, name, spec=LADDER_V2):
     cells = ladder_cells(recs, dtype)
     if not cells:
         return None
@@ -461,7 +474,7 @@ def plot_ladder(recs, dtype, out, name):
     for row, d in zip(axes, ds):
         for ax, causal in zip(row, (0, 1)):
             mine = [c for c in cells if c[0] == d and c[1] == causal]
-            for variant, st in FLASH_V2_STYLE.items():
+            for variant, st in spec["style"].items():
                 pts = [(c[2], v2_value(recs, variant, dtype, **cell_fields(c))) for c in mine]
                 pts = [p for p in pts if p[1] is not None]
                 top = max([top] + [p[1] for p in pts])
@@ -477,41 +490,44 @@ def plot_ladder(recs, dtype, out, name):
             ax.set_xlabel(f"sequence length N (B = {LADDER_TOKENS} / N, H = {LADDER_WIDTH // d})")
             ax.set_title(f"d = {d}, " + ("causal" if causal else "not causal"))
             ax.grid(True, which="both", alpha=0.3)
-        row[0].set_ylabel("TFLOP/s (4·B·H·N²·d, halved when causal)")
+        row[0].set_ylabel(spec["ylabel"])
     axes[0][0].set_ylim(0, top * 1.06)  # shared by all panels
     shown = OrderedDict()  # every panel's lines, in one legend beside the top-right panel
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             shown.setdefault(label, handle)
     axes[0][-1].legend(shown.values(), shown.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle(f"{dtype} attention forward, the ladder against its peers — {device_name(recs)}")
+    fig.suptitle(f"{dtype} {spec['what']}, the ladder against its peers — {device_name(recs)}")
     return save_figure(fig, out, name)
 
 
-def plot_vs_fa2(recs, out):
+def plot_vs_fa2(recs, out, spec=LADDER_V2, name="flash_v2_vs_fa2.png"):
     """Each rung's TFLOP/s as a % of FA-2's (SDPA flash) in the same cell; cuDNN as a mark."""
-    grid = {t: [c for c in ladder_cells(recs, t) if v2_find(recs, "pytorch_flash", t, **cell_fields(c))]
+    rungs, style = spec["rungs"], spec["style"]
+    grid = {t: [c for c in ladder_cells(recs, t) if v2_find(recs, spec["fa2"], t, **cell_fields(c))]
             for t in ("fp16", "bf16")}
     dtypes = [t for t in grid if grid[t]]
     if not dtypes:
         return None
     fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.3 * len(dtypes)), squeeze=False)
-    width = 0.8 / len(RUNGS)
+    width = 0.8 / len(rungs)
     for ax, dtype in zip(axes[:, 0], dtypes):
         cells = grid[dtype]
-        fa2 = [v2_value(recs, "pytorch_flash", dtype, **cell_fields(c)) for c in cells]
-        for k, variant in enumerate(RUNGS):
+        fa2 = [v2_value(recs, spec["fa2"], dtype, **cell_fields(c)) for c in cells]
+        all_pct = []
+        for k, variant in enumerate(rungs):
             pct = [100 * (ratio(v2_value(recs, variant, dtype, **cell_fields(c)), f) or math.nan)
                    for c, f in zip(cells, fa2)]
-            xs = [i + (k - (len(RUNGS) - 1) / 2) * width for i in range(len(cells))]
-            st = FLASH_V2_STYLE[variant]
+            all_pct += pct
+            xs = [i + (k - (len(rungs) - 1) / 2) * width for i in range(len(cells))]
+            st = style[variant]
             bars = ax.bar(xs, pct, width, color=st["color"], label=st["label"])
-            if variant == "tuned":
+            if variant == spec["best"]:
                 for b, v in zip(bars, pct):
                     if not math.isnan(v):
                         ax.annotate(f"{v:.0f}", (b.get_x() + b.get_width() / 2, v), ha="center",
                                     va="bottom", fontsize=7)
-        cudnn = [100 * (ratio(v2_value(recs, "pytorch_cudnn", dtype, **cell_fields(c)), f) or math.nan)
+        cudnn = [100 * (ratio(v2_value(recs, spec["cudnn"], dtype, **cell_fields(c)), f) or math.nan)
                  for c, f in zip(cells, fa2)]
         marks = [(i, v) for i, v in enumerate(cudnn) if not math.isnan(v)]
         if marks:
@@ -525,13 +541,14 @@ def plot_vs_fa2(recs, out):
         ax.set_xticklabels([f"N={c[2]}\nd={c[0]}\n" + ("causal" if c[1] else "not causal") for c in cells],
                            fontsize=7)
         ax.set_xlim(-0.6, len(cells) - 0.4)
-        ax.set_ylim(0, max([v for v in cudnn if not math.isnan(v)] + [120]) * 1.12)
+        shown = [v for v in cudnn + all_pct if not math.isnan(v)]
+        ax.set_ylim(0, max(shown + [120]) * 1.12)
         ax.set_ylabel("% of FA-2's TFLOP/s")
         ax.set_title(f"{dtype} (B·N = {LADDER_TOKENS}, H·d = {LADDER_WIDTH})")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"The ladder as a share of FlashAttention-2 in each cell — {device_name(recs)}")
-    return save_figure(fig, out, "flash_v2_vs_fa2.png")
+    fig.suptitle(f"{spec['ladder']} as a share of FlashAttention-2 in each cell — {device_name(recs)}")
+    return save_figure(fig, out, name)
 
 
 def plot_v2_io(recs, out):
@@ -579,6 +596,115 @@ def plot_flash_v2(records, out):
     return [plot_ladder(recs, "fp16", out, "flash_v2_ladder.png"),
             plot_ladder(recs, "bf16", out, "flash_v2_ladder_bf16.png"),
             plot_vs_fa2(recs, out), plot_v2_io(recs, out)]
+
+
+BACKWARD = "07_backward"
+BWD_RUNGS = ["tc", "tc_deterministic", "tuned", "tuned_deterministic"]
+BACKWARD_STYLE = OrderedDict(
+    standard=dict(color="tab:red", marker="x", label="standard (P kept)"),
+    flash_bwd=dict(color="tab:olive", marker=".", label="flash_bwd (fp32)"),
+    tc=dict(color="tab:orange", marker="o", label="tc"),
+    tc_deterministic=dict(color="tab:green", marker="s", label="tc_deterministic"),
+    tuned=dict(color="tab:blue", marker="D", label="tuned (ours)"),
+    tuned_deterministic=dict(color="tab:purple", marker="^", label="tuned_deterministic"),
+    pytorch_flash_bwd=dict(color="black", marker="v", label="FlashAttention-2 (SDPA flash)"),
+    pytorch_cudnn_bwd=dict(color="gray", marker="P", label="cuDNN"),
+)
+LADDER_BWD = dict(style=BACKWARD_STYLE, rungs=BWD_RUNGS, best="tuned", fa2="pytorch_flash_bwd",
+                  cudnn="pytorch_cudnn_bwd", what="attention backward", ladder="The backward ladder",
+                  ylabel="TFLOP/s (2.5 × 4·B·H·N²·d, halved when causal)")
+FIG2 = dict(B=64, H=16, N=1024, d=64, causal=0)  # the paper's Fig. 2 shape (fp16 here)
+FIG2_PAPER = dict(standard=(41.7, 40.3e9), flash=(7.3, 4.4e9))  # A100: ms, HBM bytes (fwd + bwd)
+FIG2_RUNS = [("standard_fwdbwd", "standard"), ("tuned_fwdbwd", "FlashAttention (ours)"),
+             ("tuned_deterministic_fwdbwd", "ours, deterministic"), ("pytorch_flash_fwdbwd", "FA-2 (SDPA)"),
+             ("pytorch_cudnn_fwdbwd", "cuDNN (SDPA)"), ("pytorch_math_fwdbwd", "SDPA math")]
+
+
+def plot_fig2(recs, out):
+    """The paper's Fig. 2 in full: forward + backward runtime, and the bytes of standard attention
+    and ours between the SMs and L2 and to DRAM, beside the paper's A100 figures."""
+    runs = [(label, v2_find(recs, v, "fp16", need="ms", **FIG2)) for v, label in FIG2_RUNS]
+    runs = [(label, r) for label, r in runs if r is not None]
+    if not runs:
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    names = [label for label, _ in runs] + ["paper (A100): standard", "paper (A100): FlashAttention"]
+    ms = [r["ms"] for _, r in runs] + [FIG2_PAPER["standard"][0], FIG2_PAPER["flash"][0]]
+    colors = ["tab:red", "tab:blue", "tab:purple", "black", "gray", "tab:brown"][:len(runs)] + ["#f4a3a3", "#a3c4f4"]
+    bars = left.barh(range(len(ms)), ms, color=colors)
+    for b, v in zip(bars, ms):
+        left.annotate(f"{v:.2f} ms", (v, b.get_y() + b.get_height() / 2), va="center", fontsize=8,
+                      xytext=(3, 0), textcoords="offset points")
+    left.set_yticks(range(len(ms)))
+    left.set_yticklabels(names, fontsize=8)
+    left.invert_yaxis()
+    left.set_xlim(0, max(ms) * 1.25)
+    left.set_xlabel("forward + backward, ms (median)")
+    left.grid(True, axis="x", alpha=0.3)
+    ours = [(label, r) for label, r in runs if label in ("standard", "FlashAttention (ours)")]
+    kinds = [("SM↔L2", lambda r: add(r.get("l2_read_bytes"), r.get("l2_write_bytes")), "tab:orange"),
+             ("DRAM", lambda r: add(r.get("dram_read_bytes"), r.get("dram_write_bytes")), "tab:red")]
+    groups = [label.replace(" (", "\n(") for label, _ in ours] + ["paper (A100):\nstandard", "paper (A100):\nFlashAttention"]
+    width = 0.38
+    for k, (kind, value, color) in enumerate(kinds):
+        vals = [value(r) or math.nan for _, r in ours]
+        vals += [math.nan, math.nan] if kind == "SM↔L2" else [FIG2_PAPER["standard"][1], FIG2_PAPER["flash"][1]]
+        xs = [i + (k - 0.5) * width for i in range(len(groups))]
+        bs = right.bar(xs, [v / 1e9 for v in vals], width, color=color, label=kind + (" (paper: HBM)" if kind == "DRAM" else ""))
+        for b, v in zip(bs, vals):
+            if not math.isnan(v):
+                right.annotate(f"{v / 1e9:.1f}", (b.get_x() + b.get_width() / 2, v / 1e9), ha="center",
+                               va="bottom", fontsize=8)
+    right.set_xticks(range(len(groups)))
+    right.set_xticklabels(groups, fontsize=8)
+    right.set_ylabel("GB read + written, forward + backward")
+    right.grid(True, axis="y", alpha=0.3)
+    right.legend(fontsize=8)
+    shape = " ".join(f"{k}={v}" for k, v in FIG2.items())
+    fig.suptitle(f"The paper's Fig. 2 in full, fp16, {shape} — {device_name(recs)}")
+    return save_figure(fig, out, "backward_fig2.png")
+
+
+def plot_backward(records, out):
+    recs = attention_records(records, stage=BACKWARD)
+    if not recs:
+        return []
+    return [plot_ladder(recs, "fp16", out, "backward_ladder.png", LADDER_BWD),
+            plot_ladder(recs, "bf16", out, "backward_ladder_bf16.png", LADDER_BWD),
+            plot_vs_fa2(recs, out, LADDER_BWD, "backward_vs_fa2.png"), plot_fig2(recs, out)]
+
+
+def backward_tables(records):
+    """Stage 07's tables for summary.md: the backward ladder in every cell (with the deterministic
+    variants' cost), and Fig. 2."""
+    recs = attention_records(records, stage=BACKWARD)
+    names = ["standard"] + BWD_RUNGS + ["pytorch_flash_bwd", "pytorch_cudnn_bwd"]
+    rows = []
+    for dtype in ("fp16", "bf16"):
+        for c in ladder_cells(recs, dtype):
+            v = {n: v2_value(recs, n, dtype, **cell_fields(c)) for n in names}
+            d, causal, N, B, H = c
+            rows.append([dtype, str(d), str(causal), str(N), str(B), str(H)] + [fmt(v[n], ".1f") for n in names] +
+                        [fmt(ratio(v["tuned"], v["pytorch_flash_bwd"]), ".2f"),
+                         fmt(ratio(v["tuned"], v["pytorch_cudnn_bwd"]), ".2f"),
+                         fmt(ratio(v["tuned_deterministic"], v["tuned"]), ".2f")])
+    ladder = md_table(f"Stage 07 backward ladder: TFLOP/s, B·N = {LADDER_TOKENS}, H·d = {LADDER_WIDTH} "
+                      "(pytorch_flash_bwd is FlashAttention-2's backward)",
+                      ["dtype", "d", "causal", "N", "B", "H"] + names +
+                      ["tuned / FA-2", "tuned / cuDNN", "deterministic / atomic"], rows)
+    fig2 = []
+    for v, label in FIG2_RUNS + [(n, n) for n in ("standard", "tuned", "tuned_deterministic", "pytorch_flash_bwd",
+                                                  "pytorch_cudnn_bwd", "pytorch_math_bwd")]:
+        r = v2_find(recs, v, "fp16", need="ms", **FIG2)
+        if r:
+            fig2.append([v, fmt(r.get("ms"), ".2f"), fmt(r.get("tflops"), ".1f"), fmt_bytes(r.get("io_model_bytes")),
+                         fmt_bytes(add(r.get("l2_read_bytes"), r.get("l2_write_bytes"))),
+                         fmt_bytes(add(r.get("dram_read_bytes"), r.get("dram_write_bytes"))),
+                         fmt_bytes(r.get("peak_mem_bytes"))])
+    shape = " ".join(f"{k}={v}" for k, v in FIG2.items())
+    fig2_table = md_table(f"Fig. 2, fp16, {shape} (_fwdbwd: forward + backward; the rest: backward alone)",
+                          ["variant", "ms", "TFLOP/s", "model", "SM↔L2", "DRAM", "peak memory"], fig2)
+    return "".join("\n" + t for t in (ladder, fig2_table) if t)
 
 
 def md_table(title, header, rows):
@@ -724,7 +850,8 @@ def main():
     written.append(plot_io_probe(records, args.out))
     written += plot_attention(records, args.out)
     written += plot_flash_v2(records, args.out)
-    text = summary(records) + flash_v2_tables(records)
+    written += plot_backward(records, args.out)
+    text = summary(records) + flash_v2_tables(records) + backward_tables(records)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)
     print(text)
