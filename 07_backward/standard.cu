@@ -163,11 +163,13 @@ void launch_transpose(const float* X, float* Y, int R, int C, int batch) {
   CUDA_CHECK_LAUNCH();
 }
 
+// The rows (and the kernels' 64 bytes of static scratch) must fit in a block's shared memory.
 template <class T>
 void row_kernels_fit(int N, int values) {
-  int limit = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-  course::require(std::size_t(values) * N * sizeof(T) <= std::size_t(limit),
+  int device = 0, limit = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  course::require(std::size_t(values) * N * sizeof(T) + 64 <= std::size_t(limit),
                   "standard attention: a row of N = " + std::to_string(N) +
                       " does not fit in shared memory for its softmax kernels");
 }

@@ -630,7 +630,8 @@ def plot_fig2(recs, out):
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     names = [label for label, _ in runs] + ["paper (A100): standard", "paper (A100): FlashAttention"]
     ms = [r["ms"] for _, r in runs] + [FIG2_PAPER["standard"][0], FIG2_PAPER["flash"][0]]
-    colors = ["tab:red", "tab:blue", "tab:purple", "black", "gray", "tab:brown"][:len(runs)] + ["#f4a3a3", "#a3c4f4"]
+    palette = dict(zip([label for _, label in FIG2_RUNS], ["tab:red", "tab:blue", "tab:purple", "black", "gray", "tab:brown"]))
+    colors = [palette[label] for label, _ in runs] + ["#f4a3a3", "#a3c4f4"]
     bars = left.barh(range(len(ms)), ms, color=colors)
     for b, v in zip(bars, ms):
         left.annotate(f"{v:.2f} ms", (v, b.get_y() + b.get_height() / 2), va="center", fontsize=8,
