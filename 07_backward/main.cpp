@@ -204,7 +204,8 @@ int main(int argc, char** argv) {
                   "(B*H*N*N*d <= " + std::to_string(static_cast<long long>(count_limit)) +
                       ", else n/a; not for standard attention, whose products are cuBLAS's)",
                   "max rel err: the gradient (dQ, dK or dV) closest to its tolerance, against float64 on the "
-                  "rounded inputs (every head if B*H*N <= 16384, else " + std::to_string(check_heads) +
+                  "rounded inputs (fp32: the course's per-element error; fp16/bf16: max |x - ref| / rms(ref), "
+                  "FlashAttention's measure, held to twice that of the backward computed plainly in the dtype; every head if B*H*N <= 16384, else " + std::to_string(check_heads) +
                       "); TFLOP/s from 2.5 * 4*B*H*N^2*d (3.5 * with --with-forward; halved when causal, even for "
                       "standard attention, which computes the whole square)"});
     char title[256];

@@ -208,7 +208,8 @@ BackwardReference::BackwardReference(const Shape& s, course::Dtype dtype, const 
   }
   for (int w = 0; w < 3; ++w) {
     if (rounded) {
-      plain_[w] = course::max_rel_error(plain[w], ref_[w]);
+      scale_ = course::Scale::rms;  // FlashAttention's measure: max |x − ref| (reference.hpp)
+      plain_[w] = course::max_rel_error(plain[w], ref_[w], scale_);
       tol_[w] = std::max(2.0 * plain_[w], course::unit_roundoff(dtype));
     } else {
       // The forward's bound on O (stage 06) with a larger share for the scores, four times. P =
@@ -231,7 +232,7 @@ BackwardReference::BackwardReference(const Shape& s, course::Dtype dtype, const 
 course::Comparison BackwardReference::check(int which, const float* grad) const {
   std::vector<float> out(where_.size());
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = grad[where_[i]];
-  return course::compare(out.data(), ref_[which].data(), ref_[which].size(), tol_[which], s_.d, &where_);
+  return course::compare(out.data(), ref_[which].data(), ref_[which].size(), tol_[which], s_.d, &where_, scale_);
 }
 
 course::Comparison BackwardReference::check_all(const float* dQ, const float* dK, const float* dV) const {

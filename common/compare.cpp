@@ -9,15 +9,17 @@ namespace course {
 
 std::string Comparison::summary() const {
   char text[160];
-  std::snprintf(text, sizeof text, "%s, max rel err %.2e (tol %.1e, %zu checked, %zu bad)",
-                ok() ? "ok" : "FAILED", max_rel_err, tolerance, checked, bad);
+  std::snprintf(text, sizeof text, "%s, max %s %.2e (tol %.1e, %zu checked, %zu bad)",
+                ok() ? "ok" : "FAILED", scale == Scale::rms ? "err/rms" : "rel err", max_rel_err, tolerance,
+                checked, bad);
   return text;
 }
 
 Comparison compare(const float* out, const double* ref, std::size_t n, double tolerance,
-                   std::size_t cols, const std::vector<std::size_t>* where) {
+                   std::size_t cols, const std::vector<std::size_t>* where, Scale scale) {
   Comparison result;
   result.tolerance = tolerance;
+  result.scale = scale;
   result.checked = n;
   double sum_squares = 0.0;
   std::size_t finite = 0;
@@ -41,8 +43,8 @@ Comparison compare(const float* out, const double* ref, std::size_t n, double to
     } else if (!std::isfinite(o)) {
       error = INFINITY;
     } else {
-      const double scale = std::max(std::abs(r), rms);
-      error = scale > 0.0 ? std::abs(o - r) / scale : std::abs(o - r);
+      const double by = scale == Scale::rms ? rms : std::max(std::abs(r), rms);
+      error = by > 0.0 ? std::abs(o - r) / by : std::abs(o - r);
     }
     result.max_rel_err = std::max(result.max_rel_err, error);
     if (!(error <= tolerance)) {
@@ -63,14 +65,14 @@ Comparison compare(const float* out, const double* ref, std::size_t n, double to
   return result;
 }
 
-double max_rel_error(const std::vector<double>& out, const std::vector<double>& ref) {
+double max_rel_error(const std::vector<double>& out, const std::vector<double>& ref, Scale scale) {
   double squares = 0.0;
   for (double r : ref) squares += r * r;
   const double rms = ref.empty() ? 0.0 : std::sqrt(squares / double(ref.size()));
   double worst = 0.0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double scale = std::max(std::abs(ref[i]), rms);
-    const double e = std::abs(out[i] - ref[i]) / (scale > 0 ? scale : 1.0);
+    const double by = scale == Scale::rms ? rms : std::max(std::abs(ref[i]), rms);
+    const double e = std::abs(out[i] - ref[i]) / (by > 0 ? by : 1.0);
     worst = std::isfinite(out[i]) ? std::max(worst, e) : INFINITY;
   }
   return worst;

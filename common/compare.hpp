@@ -11,12 +11,19 @@
 
 namespace course {
 
+// How one element's error is scaled. element: |out - ref| / max(|ref|, rms(ref)), the course's
+// measure (above). rms: |out - ref| / rms(ref), so that the largest error is max |out - ref| over
+// the array in units of its rms: the measure of FlashAttention's own tests (max absolute error),
+// which stage 07 holds its fp16/bf16 gradients to.
+enum class Scale { element, rms };
+
 struct Comparison {
   double max_rel_err = 0.0;
   double tolerance = 0.0;
   std::size_t checked = 0;
   std::size_t bad = 0;         // elements whose error exceeds the tolerance
   std::string first_mismatches;  // the first few bad elements, for the message
+  Scale scale = Scale::element;
   bool ok() const { return checked > 0 && bad == 0; }
   std::string summary() const;  // one line: "ok, max rel err 1.2e-06 (tol 1.0e-05, 4096 checked)"
 };
@@ -24,11 +31,13 @@ struct Comparison {
 // out[i] against ref[i] for i < n. `where[i]`, if given, is the flat index of element i in a
 // matrix of `cols` columns (used to print "[row,col]"); otherwise i itself is.
 Comparison compare(const float* out, const double* ref, std::size_t n, double tolerance,
-                   std::size_t cols = 0, const std::vector<std::size_t>* where = nullptr);
+                   std::size_t cols = 0, const std::vector<std::size_t>* where = nullptr,
+                   Scale scale = Scale::element);
 
 // The same error measure over whole arrays of doubles, max over i (NaN or inf in `out`: infinite):
 // used where a result is itself a float64 computation, e.g. "attention computed plainly in fp16".
-double max_rel_error(const std::vector<double>& out, const std::vector<double>& ref);
+double max_rel_error(const std::vector<double>& out, const std::vector<double>& ref,
+                     Scale scale = Scale::element);
 
 // Tolerance for a float32 result that sums `terms` rounded products (a dot product, a row sum):
 // rounding errors grow about as sqrt(terms) * 2^-24; we allow 4x that and never less than 1e-6.

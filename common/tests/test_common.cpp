@@ -44,6 +44,21 @@ TEST_CASE("compare: a zero reference element is measured against the rms, NaN re
   CHECK_FALSE(compare(nan_out.data(), nan_ref.data(), 2, 1e-6).ok());
 }
 
+TEST_CASE("compare, Scale::rms: every error in units of the rms (max |out - ref|), NaN never passes") {
+  const std::vector<double> ref = {3.0, -4.0, 0.0, 0.0};  // rms 2.5
+  std::vector<float> out = {3.03f, -4.0f, 0.0f, 0.0f};     // per element: 1e-2; against the rms: 1.2e-2
+  CHECK(compare(out.data(), ref.data(), 4, 1.1e-2).ok());
+  const auto by_rms = compare(out.data(), ref.data(), 4, 1.1e-2, 0, nullptr, Scale::rms);
+  CHECK_FALSE(by_rms.ok());
+  CHECK(by_rms.max_rel_err == doctest::Approx(0.03 / 2.5).epsilon(1e-4));
+  CHECK(by_rms.summary().find("err/rms") != std::string::npos);
+  const std::vector<double> out64(out.begin(), out.end());
+  CHECK(max_rel_error(out64, ref, Scale::rms) == doctest::Approx(by_rms.max_rel_err).epsilon(1e-6));
+  CHECK(max_rel_error(out64, ref) == doctest::Approx(0.01).epsilon(1e-4));
+  out[2] = std::nanf("");
+  CHECK_FALSE(compare(out.data(), ref.data(), 4, 1.0, 0, nullptr, Scale::rms).ok());
+}
+
 TEST_CASE("compare: an empty comparison is not a pass") {
   CHECK_FALSE(compare(nullptr, nullptr, 0, 1.0).ok());
 }

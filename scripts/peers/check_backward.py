@@ -2,7 +2,7 @@
 """Independent check: the course's backward gradients against PyTorch autograd in float64.
 
     build/bin/07_backward --dump DIR ...
-    python3 scripts/peers/check_backward.py DIR [--tolerance-factor F]
+    python3 scripts/peers/check_backward.py DIR [--tolerance-factor F] [--peers]
 
 What 07_backward --dump writes into DIR, and this script reads:
   meta.json                 {"B", "H", "N", "d", "causal": 0/1, "dtype": "fp32|fp16|bf16", "variants": [names]}
@@ -30,6 +30,13 @@ implementation (PyTorch's autograd in float64), not a replacement for those test
 not grow with N while the rounding of P and dS does: on an H100, PyTorch's own fused backward
 (FlashAttention-2) reached gradient errors of 1.1e-2 (fp16) and 1.0e-1 (bf16, in dQ) at N = 2048,
 d = 64, and 4.9e-2 (fp16) at N = 16384; check large problems with a --tolerance-factor that says so.
+
+--peers (needs a CUDA GPU): the same inputs through two more backwards, measured the same way and
+reported beside ours, to tell a kernel's error from the dtype's: PyTorch SDPA's flash backend
+(FlashAttention-2) and the formula computed plainly in the dtype (S, P, dP and dS rounded to it),
+one head at a time. For each it also prints FlashAttention's own test measure, max |x − ref| over
+the tensor, and its ratio to the plain backward's (FlashAttention's tests ask for at most 2).
+The reference then runs on the GPU (still float64).
 
 Exit status: 0 when every variant is within the tolerance (or when numpy or PyTorch is missing:
 the check is then skipped with a message), 1 when any variant is not, 2 when DIR lacks a file or
@@ -92,6 +99,36 @@ def load(np, directory, name, shape):
     return np.fromfile(os.path.join(directory, name), dtype="<f4").reshape(shape).astype(np.float64)
 
 
+def plain_gradients(torch, Q, K, V, dO, causal, dtype):
+    """dQ, dK, dV of the formula computed plainly in `dtype` on the GPU, one head at a time: the
+    products accumulate in float32 inside cuBLAS but S, P, dP, dS and the results are rounded to the
+    dtype, as a framework without a fused kernel would do it. Returned as float64 on the CPU."""
+    B, H, N, d = Q.shape
+    out = [torch.empty_like(Q) for _ in range(3)]
+    mask = torch.ones(N, N, dtype=torch.bool, device="cuda").triu(1) if causal else None
+    for b in range(B):
+        for h in range(H):
+            q, k, v, do = (t[b, h].to("cuda", dtype) for t in (Q, K, V, dO))
+            q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
+            S = torch.matmul(q, k.transpose(0, 1)) * (1.0 / d ** 0.5)
+            if causal:
+                S = S.masked_fill(mask, float("-inf"))
+            O = torch.matmul(torch.softmax(S, dim=-1), v)
+            for o, g in zip(out, torch.autograd.grad(O, (q, k, v), do)):
+                o[b, h] = g.double().cpu()
+    return out
+
+
+def flash_gradients(torch, Q, K, V, dO, causal, dtype):
+    """dQ, dK, dV from PyTorch SDPA's flash backend (FlashAttention-2) in `dtype` on the GPU."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q, k, v, do = (t.to("cuda", dtype) for t in (Q, K, V, dO))
+    q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        O = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return [g.double().cpu() for g in torch.autograd.grad(O, (q, k, v), do)]
+
+
 def reference_gradients(torch, Q, K, V, dO, causal):
     """dQ, dK, dV of O = softmax(Q Kᵀ / sqrt(d), causal mask) V by float64 autograd on the CPU.
 
@@ -100,16 +137,17 @@ def reference_gradients(torch, Q, K, V, dO, causal):
     B, H, N, d = Q.shape
     scale = 1.0 / d ** 0.5
     dQ, dK, dV = torch.empty_like(Q), torch.zeros_like(K), torch.zeros_like(V)
+    device = Q.device
     K = K.clone().requires_grad_(True)  # leaves shared by every block's graph
     V = V.clone().requires_grad_(True)
     rows = max(1, min(N, SCORE_BLOCK_ELEMENTS // (B * H * N)))
-    keys = torch.arange(N)
+    keys = torch.arange(N, device=device)
     for r0 in range(0, N, rows):
         r1 = min(N, r0 + rows)
         q = Q[:, :, r0:r1].clone().requires_grad_(True)
         S = torch.matmul(q, K.transpose(-1, -2)) * scale                       # B × H × rows × N
         if causal:  # query i sees keys j ≤ i (top-left aligned, the diagonal always kept)
-            above = keys.unsqueeze(0) > torch.arange(r0, r1).unsqueeze(1)        # rows × N
+            above = keys.unsqueeze(0) > torch.arange(r0, r1, device=device).unsqueeze(1)  # rows × N
             S = S.masked_fill(above, float("-inf"))
         P = torch.softmax(S, dim=-1)
         O = torch.matmul(P, V)                                                  # B × H × rows × d
@@ -138,6 +176,9 @@ def main():
     p.add_argument("dir", metavar="DIR", help="the directory written by build/bin/07_backward --dump DIR")
     p.add_argument("--tolerance-factor", type=float, default=1.0,
                    help="multiplies the dtype's tolerance (fp32 1e-4, fp16 1e-2, bf16 5e-2); default 1")
+    p.add_argument("--peers", action="store_true",
+                   help="also measure PyTorch's flash backward and the plain backward in the dtype on the "
+                        "same inputs (needs a CUDA GPU; fp16/bf16 dumps)")
     args = p.parse_args()
     if not args.tolerance_factor > 0:
         p.error("--tolerance-factor must be positive")
@@ -180,7 +221,12 @@ def main():
                 print(f"note: {t}.bin holds values that are not {dtype} values; checked as they are")
 
     Q, K, V, dO = (torch.from_numpy(inputs[t]) for t in INPUTS)
-    ref = dict(zip(GRADIENTS, (g.numpy() for g in reference_gradients(torch, Q, K, V, dO, causal))))
+    if args.peers and (dtype == "fp32" or not torch.cuda.is_available()):
+        print("check_backward.py: --peers needs a CUDA GPU and an fp16 or bf16 dump")
+        return 2
+    on = "cuda" if args.peers else "cpu"
+    ref = dict(zip(GRADIENTS, (g.cpu().numpy() for g in reference_gradients(
+        torch, *(t.to(on) for t in (Q, K, V, dO)), causal))))
 
     failed = []
     for v in meta["variants"]:
@@ -199,6 +245,24 @@ def main():
             print(line)
         if not ok:
             failed.append(v)
+
+    if args.peers:  # the yardsticks on the same inputs: FlashAttention-2 and the plain backward
+        torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        peers = {"pytorch_flash": flash_gradients(torch, Q, K, V, dO, causal, torch_dtype),
+                 f"plain_{dtype}": plain_gradients(torch, Q, K, V, dO, causal, torch_dtype)}
+        ours = {v: {g: load(np, args.dir, f"{v}.{g}.bin", shape) for g in GRADIENTS} for v in meta["variants"]}
+        plain_abs = {g: float(np.abs(peers[f"plain_{dtype}"][i].numpy() - ref[g]).max())
+                     for i, g in enumerate(GRADIENTS)}
+        print("same inputs, every backward: the course's error | max |x - ref| (FlashAttention's test "
+              "measure) and its ratio to the plain backward's")
+        rows = {**{k: {g: x[i].numpy() for i, g in enumerate(GRADIENTS)} for k, x in peers.items()}, **ours}
+        for name, grads in rows.items():
+            cells = []
+            for g in GRADIENTS:
+                err, _ = max_rel_err(np, grads[g], ref[g])
+                abs_err = float(np.abs(grads[g] - ref[g]).max())
+                cells.append(f"{g} {err:.2e} | {abs_err:.2e} ({abs_err / plain_abs[g]:.2f}x)")
+            print(f"{name:>24} " + "   ".join(cells))
 
     n = len(meta["variants"])
     if failed:
