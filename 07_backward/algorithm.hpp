@@ -91,7 +91,7 @@ double standard_backward_device_bytes(const Shape& s, course::Dtype dtype);
 // The block sizes the kernels are compiled with (kernels_fp32.cu, tc_backward.cu): key-outer
 // passes Br × Bc (the tuned rung: twice the keys a block), and the deterministic variants'
 // query-outer dQ pass.
-constexpr Tiles kFp32Tiles{64, 64}, kTcTiles{64, 64}, kTunedTiles{64, 128}, kDqTiles{64, 64};
+constexpr Tiles kFp32Tiles{64, 64}, kTcTiles{64, 64}, kTunedTiles{64, 128}, kWideTiles{32, 128}, kDqTiles{64, 64};
 
 // Backward FLOPs: five products the size of the forward's two: 2.5 × 4·B·H·N²·d (DESIGN.md),
 // halved when causal.

@@ -30,6 +30,14 @@
 // Measured on the H100 (ncu, d = 64, N = 4096): change 1 alone halved the L2 throughput (78% →
 // 37%) but not the time: the kernel is bound by latency (2 warps a scheduler, short-scoreboard and
 // barrier stalls), not by L2. Change 2 is what made it faster (chapter 07, rung log).
+//
+// Rung wide (d = 64; kWarps = 4, MT = 2): the latency answer. Each warp owns 32 keys (two 16-row
+// mma tiles, MT) instead of 16, so each Q_i / dO_i fragment it loads by ldmatrix feeds two mma's,
+// and 4 warps cover Bc = 128 keys. Br drops to 32 so that the accumulators (Sᵀ, dPᵀ, dK_w, dV_w
+// for 32 keys) fit 255 registers without spills, two blocks an SM; dSᵀ rows of 32 queries are
+// paired into 128-byte swizzled rows (ds_at). dQ stays one step late. IO: Bc = 128 as tuned, so
+// the same key-outer bytes (flash_backward_model_bytes with Tiles {32, 128}: Q_i and dO_i are
+// read once per (i, j) pair whatever Br is). Measured on the H100: 6-12% faster than tuned at d = 64.
 #include "../06_flash_v2/tc_common.cuh"
 #include "check.hpp"
 #include "kernels.cuh"
@@ -40,21 +48,28 @@ namespace bwd {
 using namespace attention::tc;
 
 // kWarps = 4: rung tc (Bc = 64). kWarps = 8: rung tuned (Bc = 128; see the note above the kernel).
-template <int D, int kWarps>
+// MT = 2 (4 warps of 32 keys, Bc = 128, Br = 32): rung wide (d = 64).
+template <int D, int kWarps, int MT = 1>
 struct KeyOuter {
-  static constexpr Tiles kTiles = kWarps == 4 ? kTcTiles : kTunedTiles;
+  static constexpr Tiles kTiles = MT == 2 ? kWideTiles : kWarps == 4 ? kTcTiles : kTunedTiles;
   static constexpr int Br = kTiles.Br, Bc = kTiles.Bc, kThreads = 32 * kWarps;
   static constexpr int NT = Br / 8, DT = D / 8;
-  static_assert(Bc == 16 * kWarps && Br == 64, "one warp per 16 keys; dSᵀ rows of 64 queries");
-  // dQ_i's share (Br rows × D): warp w takes rows 16·(w % 4) .. +15 and, with 8 warps, half of
-  // the columns (w / 4): kDqCols of them.
-  static constexpr int kDqCols = kWarps == 4 ? D : D / 2;
+  static_assert(Bc == 16 * MT * kWarps && Br % 32 == 0, "warps of 16·MT keys; whole dSᵀ rows");
+  // dQ_i's share (Br rows × D): warp w takes rows 16·(w % kRowTiles) .. +15 and the columns
+  // (w / kRowTiles)·kDqCols .. +kDqCols − 1 (with 8 warps, or MT = 2: half of them).
+  static constexpr int kRowTiles = Br / 16;
+  static constexpr int kDqCols = D / (kWarps / kRowTiles);
+  // dSᵀ [key][query]: rows of Br halves, swizzled (Br = 32: two keys share a 128-byte row).
+  static __device__ int ds_at(int key, int chunk) {
+    if constexpr (Br >= 64) return ptx::swizzle<Br>(key, chunk);
+    else return ptx::swizzle<64>(key / 2, (key % 2) * (Br / 8) + chunk);
+  }
   // Rung tuned adds step i's dQ share one step late, after step i+1's other products: the barrier
   // at the top of step i+1 already says every warp's dSᵀ_i is in shared memory, so the step needs
   // one barrier instead of two, and dQ's mma's overlap step i+1's. dSᵀ gets two buffers.
-  static constexpr bool kLateDq = kWarps == 8;
+  static constexpr bool kLateDq = kWarps == 8 || MT == 2;
   static constexpr int kDsBuffers = kLateDq ? 2 : 1;
-  static constexpr bool kFragsInRegisters = D == 64;  // K_w and V_w's A fragments (d = 128: from smem)
+  static constexpr bool kFragsInRegisters = D == 64 && MT == 1;  // K_w, V_w's A fragments (else from smem)
   // K, V [Bc][D]; Q, dO [2][Br][D]; dSᵀ [kDsBuffers][Bc][Br] (halves); L, D [2][Br] (floats)
   static constexpr int kHalves = 2 * Bc * D + 4 * Br * D + kDsBuffers * Bc * Br;
   static constexpr size_t kBytes = 2 * size_t(kHalves) + 4 * 4 * Br;
@@ -71,12 +86,12 @@ __device__ void load_stats_async(float* Ls, float* Ds, const float* L, const flo
   }
 }
 
-template <class T, int D, int kWarps, bool kAtomic>
+template <class T, int D, int kWarps, bool kAtomic, int MT = 1>
 __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Params p, const uint16_t* __restrict__ dO,
                                                             const float* __restrict__ L, const float* __restrict__ Dv,
                                                             float* __restrict__ dQacc, uint16_t* __restrict__ dK,
                                                             uint16_t* __restrict__ dV) {
-  using F = KeyOuter<D, kWarps>;
+  using F = KeyOuter<D, kWarps, MT>;
   constexpr int Br = F::Br, Bc = F::Bc, NT = F::NT, DT = F::DT, kThreads = F::kThreads;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* Ks = smem;
@@ -109,12 +124,14 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
     // dQ_i's share for queries 16·rw .. +15, columns col0 .. col0 + kDqCols − 1: A = dS
     // (queries × keys) by ldmatrix .trans from dSᵀ; B = K_j (keys × d) by ldmatrix .trans, as V
     // in P·V.
-    const int rw = kWarps == 4 ? warp : warp % 4, col0 = kWarps == 4 ? 0 : (warp / 4) * F::kDqCols;
+    constexpr int kRowTiles = F::kRowTiles;
+    const int rw = kWarps == kRowTiles ? warp : warp % kRowTiles;
+    const int col0 = kWarps == kRowTiles ? 0 : (warp / kRowTiles) * F::kDqCols;
     uint32_t dSq[1][Bc / 16][4];
 #pragma unroll
     for (int k = 0; k < Bc / 16; ++k) {
       const int tile = lane / 8, key = 16 * k + 8 * (tile / 2) + lane % 8;
-      ptx::ldmatrix_x4_trans(dSq[0][k], dS + ptx::swizzle<Br>(key, 2 * rw + tile % 2));
+      ptx::ldmatrix_x4_trans(dSq[0][k], dS + F::ds_at(key, 2 * rw + tile % 2));
     }
     float dq[1][F::kDqCols / 8][4] = {};
     pv_ldmatrix<T, D, 1, Bc / 8, F::kDqCols>(dq, dSq, Ks, col0);
@@ -135,7 +152,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
   };
 
   uint32_t kf[1][F::kFragsInRegisters ? D / 16 : 1][4], vf[1][F::kFragsInRegisters ? D / 16 : 1][4];
-  float dk[1][DT][4] = {}, dv[1][DT][4] = {};
+  float dk[MT][DT][4] = {}, dv[MT][DT][4] = {};
   for (int i = first; i < Tr; ++i) {
     const int b = (i - first) & 1, row0 = i * Br;
     ptx::cp_async_wait<0>();
@@ -145,52 +162,59 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
       if (i == first) load_q_ldmatrix<D, 1>(kf, Ks, 16 * warp), load_q_ldmatrix<D, 1>(vf, Vs, 16 * warp);
     }
 
-    // Sᵀ = K_w·Q_iᵀ and dPᵀ = V_w·dO_iᵀ: 16 keys × Br queries each.
-    float St[1][NT][4] = {}, dPt[1][NT][4] = {};
+    // Sᵀ = K_w·Q_iᵀ and dPᵀ = V_w·dO_iᵀ: 16·MT keys × Br queries each.
+    float St[MT][NT][4] = {}, dPt[MT][NT][4] = {};
     if constexpr (F::kFragsInRegisters) {
       qk_ldmatrix<T, D, 1, NT>(St, kf, Qs(b));
       qk_ldmatrix<T, D, 1, NT>(dPt, vf, dOs(b));
     } else {
-      qk_smem_q<T, D, 1, NT>(St, Ks, 16 * warp, Qs(b));
-      qk_smem_q<T, D, 1, NT>(dPt, Vs, 16 * warp, dOs(b));
+      qk_smem_q<T, D, MT, NT>(St, Ks, 16 * MT * warp, Qs(b));
+      qk_smem_q<T, D, MT, NT>(dPt, Vs, 16 * MT * warp, dOs(b));
     }
 
-    // Pᵀ = exp(scale·Sᵀ − L) (the forward's P, recomputed) and dSᵀ = Pᵀ ∘ (dPᵀ − D). St[0][n][e]
-    // is key 16·w + g (+8 for e >= 2), query 8·n + 2t + e % 2 of the block.
+    // Pᵀ = exp(scale·Sᵀ − L) (the forward's P, recomputed) and dSᵀ = Pᵀ ∘ (dPᵀ − D). St[mt][n][e]
+    // is key 16·(MT·w + mt) + g (+8 for e >= 2), query 8·n + 2t + e % 2 of the block.
     const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       const float2 Lq = *reinterpret_cast<const float2*>(Ls(b) + 8 * n + 2 * t);
       const float2 Dq = *reinterpret_cast<const float2*>(Ds(b) + 8 * n + 2 * t);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float Le = (e % 2 ? Lq.y : Lq.x) * log2e, De = e % 2 ? Dq.y : Dq.x;
-        float P = ptx::exp2_approx(fmaf(St[0][n][e], c, -Le));
-        if (mask) {
-          const int key = key0 + 16 * warp + g + 8 * (e / 2), query = row0 + 8 * n + 2 * t + e % 2;
-          if (key >= p.N || (p.causal && key > query)) P = 0.0f;
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float Le = (e % 2 ? Lq.y : Lq.x) * log2e, De = e % 2 ? Dq.y : Dq.x;
+          float P = ptx::exp2_approx(fmaf(St[mt][n][e], c, -Le));
+          if (mask) {
+            const int key = key0 + 16 * (MT * warp + mt) + g + 8 * (e / 2), query = row0 + 8 * n + 2 * t + e % 2;
+            if (key >= p.N || (p.causal && key > query)) P = 0.0f;
+          }
+          St[mt][n][e] = P;
+          dPt[mt][n][e] = P * (dPt[mt][n][e] - De);
         }
-        St[0][n][e] = P;
-        dPt[0][n][e] = P * (dPt[0][n][e] - De);
-      }
     }
     // Packed to 16 bits as A fragments (k = queries).
-    uint32_t Pa[1][NT / 2][4], dSa[1][NT / 2][4];
-    pack_a<T>(St[0], Pa[0]);
-    pack_a<T>(dPt[0], dSa[0]);
-    if constexpr (kAtomic) {  // dSᵀ rows 16w + g (+8) into shared memory, for dQ
+    uint32_t Pa[MT][NT / 2][4], dSa[MT][NT / 2][4];
 #pragma unroll
-      for (int k = 0; k < NT / 2; ++k)
+    for (int mt = 0; mt < MT; ++mt) {
+      pack_a<T>(St[mt], Pa[mt]);
+      pack_a<T>(dPt[mt], dSa[mt]);
+    }
+    if constexpr (kAtomic) {  // dSᵀ rows 16(MT·w + mt) + g (+8) into shared memory, for dQ
 #pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const int key = 16 * warp + g + 8 * (x % 2), chunk = 2 * k + x / 2;
-          *reinterpret_cast<uint32_t*>(dSt(b) + ptx::swizzle<Br>(key, chunk) + 2 * t) = dSa[0][k][x];
-        }
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int k = 0; k < NT / 2; ++k)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int key = 16 * (MT * warp + mt) + g + 8 * (x % 2), chunk = 2 * k + x / 2;
+            *reinterpret_cast<uint32_t*>(dSt(b) + F::ds_at(key, chunk) + 2 * t) = dSa[mt][k][x];
+          }
     }
 
     // dV_w += Pᵀ·dO_i and dK_w += dSᵀ·Q_i (stage 06's P·V, k = the Br queries).
-    pv_ldmatrix<T, D, 1, NT>(dv, Pa, dOs(b));
-    pv_ldmatrix<T, D, 1, NT>(dk, dSa, Qs(b));
+    pv_ldmatrix<T, D, MT, NT>(dv, Pa, dOs(b));
+    pv_ldmatrix<T, D, MT, NT>(dk, dSa, Qs(b));
 
     if constexpr (kAtomic) {
       if constexpr (F::kLateDq) {
@@ -209,19 +233,22 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
   // dK_w·scale and dV_w, through shared memory (this warp's own rows of K and V, once every warp
   // is done reading them) so that each lane writes whole 16-byte chunks.
   __syncthreads();
-  const int key_w = 16 * warp;
+  const int key_w = 16 * MT * warp;
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int n = 0; n < DT; ++n) {
-      const int r = key_w + g + 8 * h;
-      *reinterpret_cast<uint32_t*>(Ks + ptx::swizzle<D>(r, n) + 2 * t) =
-          ptx::pack<T>(dk[0][n][2 * h] * p.scale, dk[0][n][2 * h + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(Vs + ptx::swizzle<D>(r, n) + 2 * t) = ptx::pack<T>(dv[0][n][2 * h], dv[0][n][2 * h + 1]);
-    }
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int n = 0; n < DT; ++n) {
+        const int r = key_w + 16 * mt + g + 8 * h;
+        *reinterpret_cast<uint32_t*>(Ks + ptx::swizzle<D>(r, n) + 2 * t) =
+            ptx::pack<T>(dk[mt][n][2 * h] * p.scale, dk[mt][n][2 * h + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(Vs + ptx::swizzle<D>(r, n) + 2 * t) =
+            ptx::pack<T>(dv[mt][n][2 * h], dv[mt][n][2 * h + 1]);
+      }
   __syncwarp();
   constexpr int kChunks = D / 8;
-  for (int f = lane; f < 16 * kChunks; f += 32) {
+  for (int f = lane; f < 16 * MT * kChunks; f += 32) {
     const int r = key_w + f / kChunks, ch = f % kChunks;
     if (key0 + r >= p.N) continue;
     const size_t at = head + size_t(key0 + r) * D;
@@ -332,12 +359,15 @@ __global__ void __launch_bounds__(128, 2) flash_backward_dq(Params p, const uint
 }  // namespace bwd
 
 namespace {
-// The key-outer pass with kWarps warps (Bc = 16·kWarps keys a block); dQacc null: no dQ.
-template <int kWarps>
+// The key-outer pass with kWarps warps of 16·MT keys (Bc = 16·MT·kWarps a block); dQacc null: no dQ.
+template <int kWarps, int MT = 1>
 void launch_key_outer(const char* what, const Shape& s, course::Dtype t, const BackwardArgs& a) {
   tc::dispatch(what, s, t, [&](auto config) {
     using C = decltype(config);
-    using F = bwd::KeyOuter<C::D, kWarps>;
+    if constexpr (MT == 2 && C::D != 64) {  // 32 keys a warp fit the registers at d = 64 only
+      throw course::UsageError(std::string(what) + " runs d = 64 only");
+    } else {
+    using F = bwd::KeyOuter<C::D, kWarps, MT>;
     auto run = [&](auto kernel) {
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(F::kBytes)));
       const dim3 grid((s.N + F::Bc - 1) / F::Bc, s.heads());
@@ -346,8 +376,9 @@ void launch_key_outer(const char* what, const Shape& s, course::Dtype t, const B
                                                static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
       CUDA_CHECK_LAUNCH();
     };
-    if (a.dQacc) run(bwd::flash_backward_kv<typename C::T, C::D, kWarps, true>);
-    else run(bwd::flash_backward_kv<typename C::T, C::D, kWarps, false>);
+    if (a.dQacc) run(bwd::flash_backward_kv<typename C::T, C::D, kWarps, true, MT>);
+    else run(bwd::flash_backward_kv<typename C::T, C::D, kWarps, false, MT>);
+    }
   });
 }
 }  // namespace
@@ -358,6 +389,10 @@ void launch_flash_backward_tc(const Shape& s, course::Dtype t, const BackwardArg
 
 void launch_flash_backward_tuned(const Shape& s, course::Dtype t, const BackwardArgs& a) {
   launch_key_outer<8>("flash backward (tensor cores, tuned)", s, t, a);
+}
+
+void launch_flash_backward_wide(const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  launch_key_outer<4, 2>("flash backward (tensor cores, wide)", s, t, a);
 }
 
 void launch_flash_backward_dq(const Shape& s, course::Dtype t, const BackwardArgs& a) {

@@ -83,7 +83,7 @@ TEST_CASE("FlashAttention backward on the CPU matches float64 (dQ, dK, dV), ever
     for (bool causal : {false, true})
       for (int N : {1, 7, 64, 130, 333})
         for (const BackwardPlan& plan : {kAtomic, kDeterministic, bwd_variant("tuned").plan,
-                                         bwd_variant("tuned_deterministic").plan}) {
+                                         bwd_variant("tuned_deterministic").plan, bwd_variant("wide").plan}) {
           const Shape s{1, 2, N, 64, causal};
           const auto in = make_backward_inputs(s, t, course::fresh_seed());
           CAPTURE(s.text());
@@ -160,7 +160,7 @@ TEST_CASE("counted IO equals the model exactly, any N, every dtype, causal or no
       for (auto [N, d] : std::vector<std::array<int, 2>>{{64, 64}, {517, 128}, {300, 32}, {129, 64}}) {
         if (d == 32 && t != Dtype::fp32) continue;
         for (const BackwardPlan& plan : {kAtomic, kDeterministic, bwd_variant("tuned").plan,
-                                         bwd_variant("tuned_deterministic").plan}) {
+                                         bwd_variant("tuned_deterministic").plan, bwd_variant("wide").plan}) {
           const Shape s{2, 2, N, d, causal};
           CAPTURE(s.text());
           const std::string dtype = course::name(t);
@@ -225,7 +225,8 @@ TEST_CASE("causal: key block j meets the query blocks from the one holding its f
 }
 
 TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused with a message") {
-  CHECK(bwd_variants().size() == 6);
+  CHECK(bwd_variants().size() == 8);
+  CHECK(bwd_variant("wide").plan.kv.Br == 32);
   CHECK(bwd_variant("standard").standard);
   CHECK_FALSE(bwd_variant("standard").supports(Dtype::fp32, 64));
   CHECK(bwd_variant("tuned").plan.kv.Bc == 128);
