@@ -31,6 +31,7 @@ struct Grads {
 
 Grads run_gpu(const BwdVariant& v, const Shape& s, Dtype t, const BackwardInputs& in) {
   BackwardDeviceRun dev(s, t, in, v);
+  dev.poison_workspace();
   dev.forward(s);
   dev.poison();  // an element nobody writes fails the comparison
   v.launch(s, t, dev.args());
@@ -43,54 +44,74 @@ void check_run(const BwdVariant& v, const Shape& s, Dtype t, const BackwardInput
   check_gradients(ref, g.dQ.data(), g.dK.data(), g.dV.data());
 }
 
-}  // namespace
-
-TEST_CASE("every variant matches float64 (dQ, dK, dV), every dtype and d it takes, causal or not, ragged N") {
+// Every dtype and d a variant takes, causal or not, ragged N and N = 1 (fewer sizes under a sanitizer).
+void check_every_shape(const BwdVariant& v) {
   const bool sanitizer = softmax::testing::under_sanitizer();
   const std::vector<int> sizes = sanitizer ? std::vector<int>{1, 77, 200} : std::vector<int>{1, 7, 64, 130, 1000};
-  for (const auto& v : bwd_variants())
-    for (Dtype t : v.dtypes)
-      for (int d : v.ds)
-        for (bool causal : {false, true})
-          for (int N : sizes) {
-            const Shape s{2, 3, N, d, causal};
-            const auto in = make_backward_inputs(s, t, course::fresh_seed());
-            CAPTURE(v.name);
-            const std::string dtype = course::name(t);
-            CAPTURE(dtype);
-            CAPTURE(s.text());
-            CAPTURE(in.fwd.seed);
-            check_run(v, s, t, in);
-          }
+  for (Dtype t : v.dtypes)
+    for (int d : v.ds)
+      for (bool causal : {false, true})
+        for (int N : sizes) {
+          const Shape s{2, 3, N, d, causal};
+          const auto in = make_backward_inputs(s, t, course::fresh_seed());
+          CAPTURE(v.name);
+          const std::string dtype = course::name(t);
+          CAPTURE(dtype);
+          CAPTURE(s.text());
+          CAPTURE(in.fwd.seed);
+          check_run(v, s, t, in);
+        }
 }
 
-TEST_CASE("large logits (Q times 30), and N = 2049 with many heads") {
+// Large logits (Q times 30), and N = 2049 with many heads (smaller under a sanitizer).
+void check_large_shapes(const BwdVariant& v) {
   const bool sanitizer = softmax::testing::under_sanitizer();
-  for (const auto& v : bwd_variants())
-    for (Dtype t : v.dtypes) {
-      const Shape big{1, sanitizer ? 2 : 6, sanitizer ? 513 : 2049, v.ds.back(), true};
-      const Shape loud{1, 2, 700, 64, false};
-      for (const auto& [s, q_scale] : {std::make_pair(big, 1.0f), std::make_pair(loud, 30.0f)}) {
-        const auto in = make_backward_inputs(s, t, course::fresh_seed(), q_scale);
-        CAPTURE(v.name);
-        const std::string dtype = course::name(t);
-        CAPTURE(dtype);
-        CAPTURE(s.text());
-        CAPTURE(q_scale);
-        CAPTURE(in.fwd.seed);
-        check_run(v, s, t, in);
-      }
+  for (Dtype t : v.dtypes) {
+    const Shape big{1, sanitizer ? 2 : 6, sanitizer ? 513 : 2049, v.ds.back(), true};
+    const Shape loud{1, 2, 700, 64, false};
+    for (const auto& [s, q_scale] : {std::make_pair(big, 1.0f), std::make_pair(loud, 30.0f)}) {
+      const auto in = make_backward_inputs(s, t, course::fresh_seed(), q_scale);
+      CAPTURE(v.name);
+      const std::string dtype = course::name(t);
+      CAPTURE(dtype);
+      CAPTURE(s.text());
+      CAPTURE(q_scale);
+      CAPTURE(in.fwd.seed);
+      check_run(v, s, t, in);
     }
+  }
 }
 
-TEST_CASE("the deterministic variant gives the same bits twice") {
-  const auto& v = bwd_variant("tc_deterministic");
-  const Shape s{2, 4, 1000, 64, true};
-  const auto in = make_backward_inputs(s, Dtype::bf16, course::fresh_seed());
-  const auto a = run_gpu(v, s, Dtype::bf16, in), b = run_gpu(v, s, Dtype::bf16, in);
-  CHECK(a.dQ == b.dQ);
-  CHECK(a.dK == b.dK);
-  CHECK(a.dV == b.dV);
+}  // namespace
+
+// Standard attention apart: its cuBLAS products make initcheck slow (minutes), so the sanitizer
+// runs can take this case on its own.
+TEST_CASE("every FlashAttention variant matches float64 (dQ, dK, dV), every dtype and d it takes, causal or not, ragged N") {
+  for (const auto& v : bwd_variants())
+    if (!v.standard) check_every_shape(v);
+}
+
+TEST_CASE("every FlashAttention variant: large logits (Q times 30), and N = 2049 with many heads") {
+  for (const auto& v : bwd_variants())
+    if (!v.standard) check_large_shapes(v);
+}
+
+TEST_CASE("standard attention's backward matches float64, every dtype and d it takes, causal or not, ragged N, large logits") {
+  for (const auto& v : bwd_variants())
+    if (v.standard) check_every_shape(v), check_large_shapes(v);
+}
+
+TEST_CASE("the deterministic variants give the same bits twice") {
+  for (const char* name : {"tc_deterministic", "tuned_deterministic", "wide_deterministic"}) {
+    CAPTURE(name);
+    const auto& v = bwd_variant(name);
+    const Shape s{2, 4, 1000, 64, true};
+    const auto in = make_backward_inputs(s, Dtype::bf16, course::fresh_seed());
+    const auto a = run_gpu(v, s, Dtype::bf16, in), b = run_gpu(v, s, Dtype::bf16, in);
+    CHECK(a.dQ == b.dQ);
+    CHECK(a.dK == b.dK);
+    CHECK(a.dV == b.dV);
+  }
 }
 
 TEST_CASE("bad input: dtypes and head dimensions a kernel does not take, empty shapes, no dQacc") {
