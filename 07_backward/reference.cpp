@@ -206,9 +206,9 @@ BackwardReference::BackwardReference(const Shape& s, course::Dtype dtype, const 
     const std::size_t head = std::size_t(h) * s.N * s.d;
     for (std::size_t x = 0; x < std::size_t(s.N) * s.d; ++x) where_.push_back(head + x);
   }
+  if (rounded) scale_ = course::Scale::rms;  // FlashAttention's measure: max |x − ref| (reference.hpp)
   for (int w = 0; w < 3; ++w) {
     if (rounded) {
-      scale_ = course::Scale::rms;  // FlashAttention's measure: max |x − ref| (reference.hpp)
       plain_[w] = course::max_rel_error(plain[w], ref_[w], scale_);
       tol_[w] = std::max(2.0 * plain_[w], course::unit_roundoff(dtype));
     } else {
