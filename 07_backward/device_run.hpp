@@ -62,6 +62,12 @@ struct BackwardDeviceRun {
     return {Qh.get(), Kh.get(), Vh.get(), Oh.get(), dOh.get(), L.get(), D.get(), dQacc.get(), dQh.get(), dKh.get(), dVh.get(),
             P.get(), dS.get()};
   }
+  // Standard attention's N² buffers poisoned (NaN in fp16 and bf16): an element of S or dP that
+  // cuBLAS did not write turns its row of P or dS, and so the gradients, into NaN.
+  void poison_workspace() {
+    for (auto* b : {&P, &dS})
+      if (b->size()) b->poison();
+  }
   // Every output (and D, dQacc) poisoned: an element nobody writes fails the comparison.
   void poison() {
     for (auto* b : {&dQf, &dKf, &dVf, &D, &dQacc})

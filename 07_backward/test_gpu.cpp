@@ -31,6 +31,7 @@ struct Grads {
 
 Grads run_gpu(const BwdVariant& v, const Shape& s, Dtype t, const BackwardInputs& in) {
   BackwardDeviceRun dev(s, t, in, v);
+  dev.poison_workspace();
   dev.forward(s);
   dev.poison();  // an element nobody writes fails the comparison
   v.launch(s, t, dev.args());
