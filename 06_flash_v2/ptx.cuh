@@ -91,6 +91,27 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row)
                : "r"(address));
 }
 
+// The same from a 32-bit shared-memory byte address (stage 07's split rung keeps one such address
+// a lane per operand and reaches every fragment from it by an XOR and an immediate offset).
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+// A 32-bit store to shared memory at a byte address (PTX ISA, "st": st.shared.b32).
+__device__ inline void st_shared_b32(uint32_t address, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(v) : "memory");
+}
+// The 32-bit shared-memory byte address of a pointer into shared memory.
+__device__ inline uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 // --- cp.async: global -> shared without passing through registers ------------------------------
 // PTX ISA, "Data movement and conversion instructions" › "cp.async":
 //   cp.async.cg.shared.global [dst], [src], 16, src-size

@@ -34,6 +34,9 @@ void launch_flash_backward_tc(const Shape& s, course::Dtype t, const BackwardArg
 void launch_flash_backward_tuned(const Shape& s, course::Dtype t, const BackwardArgs& a);
 // The wide rung: 4 warps of 32 keys (Bc = 128), Br = 32, dQ one step late; d = 64 only.
 void launch_flash_backward_wide(const Shape& s, course::Dtype t, const BackwardArgs& a);
+// The split rung (d = 128; tc_split.cu): FA-2's division of the work between 8 warps, P and dS
+// through shared memory.
+void launch_flash_backward_split(const Shape& s, course::Dtype t, const BackwardArgs& a);
 // Standard attention in fp16/bf16 (standard.cu): cuBLAS products and the softmax rows kept in
 // a.P. The forward writes P and O; the backward reads P and uses a.dS for dP, then dS.
 void launch_standard_forward(const Shape& s, course::Dtype t, const BackwardArgs& a, void* O);

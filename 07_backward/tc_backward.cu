@@ -38,9 +38,9 @@
 // paired into 128-byte swizzled rows (ds_at). dQ stays one step late. IO: Bc = 128 as tuned, so
 // the same key-outer bytes (flash_backward_model_bytes with Tiles {32, 128}: Q_i and dO_i are
 // read once per (i, j) pair whatever Br is). Measured on the H100: 6-12% faster than tuned at d = 64.
-#include "../06_flash_v2/tc_common.cuh"
 #include "check.hpp"
 #include "kernels.cuh"
+#include "tc_bwd.cuh"
 
 namespace attention {
 namespace bwd {
@@ -74,17 +74,6 @@ struct KeyOuter {
   static constexpr int kHalves = 2 * Bc * D + 4 * Br * D + kDsBuffers * Bc * Br;
   static constexpr size_t kBytes = 2 * size_t(kHalves) + 4 * 4 * Br;
 };
-
-// Br floats of L and D from row0 into shared memory, 4 bytes a thread (their rows need not start
-// on 16 bytes), rows past N zero-filled: with Q and dO zero there too, those rows add nothing.
-template <int Br>
-__device__ void load_stats_async(float* Ls, float* Ds, const float* L, const float* Dv, int rows) {
-  if (threadIdx.x < Br) {
-    const bool in = int(threadIdx.x) < rows;
-    ptx::cp_async_4(Ls + threadIdx.x, L + threadIdx.x, in);
-    ptx::cp_async_4(Ds + threadIdx.x, Dv + threadIdx.x, in);
-  }
-}
 
 template <class T, int D, int kWarps, bool kAtomic, int MT = 1>
 __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Params p, const uint16_t* __restrict__ dO,
@@ -135,20 +124,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
     }
     float dq[1][F::kDqCols / 8][4] = {};
     pv_ldmatrix<T, D, 1, Bc / 8, F::kDqCols>(dq, dSq, Ks, col0);
-    // Lanes t and t^1 swap halves (one shuffle of two floats) so that each holds 4 neighbours of
-    // one row: the even lane row g, the odd one row g + 8, columns 8n + 4·(t/2) .. +3; one 16-byte
-    // reduction each, and a warp's request covers 16 rows × 32 bytes, whole sectors.
-    const bool odd = t & 1;
-    const int query = row0 + 16 * rw + g + 8 * odd;
-    float* row = dQacc + head + size_t(query) * D + col0 + 4 * (t / 2);
-#pragma unroll
-    for (int n = 0; n < F::kDqCols / 8; ++n) {
-      const float give0 = odd ? dq[0][n][0] : dq[0][n][2], give1 = odd ? dq[0][n][1] : dq[0][n][3];
-      const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-      const float4 v = odd ? make_float4(got0, got1, dq[0][n][2], dq[0][n][3])
-                           : make_float4(dq[0][n][0], dq[0][n][1], got0, got1);
-      if (query < p.N) ptx::red_add_f32x4(row + 8 * n, v);
-    }
+    red_add_dq<D>(dq, dQacc + head + size_t(row0 + 16 * rw) * D + col0, p.N - row0 - 16 * rw);
   };
 
   uint32_t kf[1][F::kFragsInRegisters ? D / 16 : 1][4], vf[1][F::kFragsInRegisters ? D / 16 : 1][4];

@@ -225,8 +225,10 @@ TEST_CASE("causal: key block j meets the query blocks from the one holding its f
 }
 
 TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused with a message") {
-  CHECK(bwd_variants().size() == 8);
+  CHECK(bwd_variants().size() == 10);
   CHECK(bwd_variant("wide").plan.kv.Br == 32);
+  CHECK(bwd_variant("split").supports(Dtype::fp16, 128));
+  CHECK_FALSE(bwd_variant("split").supports(Dtype::fp16, 64));
   CHECK(bwd_variant("standard").standard);
   CHECK_FALSE(bwd_variant("standard").supports(Dtype::fp32, 64));
   CHECK(bwd_variant("tuned").plan.kv.Bc == 128);

@@ -68,7 +68,7 @@ void check_large_shapes(const BwdVariant& v) {
   const bool sanitizer = softmax::testing::under_sanitizer();
   for (Dtype t : v.dtypes) {
     const Shape big{1, sanitizer ? 2 : 6, sanitizer ? 513 : 2049, v.ds.back(), true};
-    const Shape loud{1, 2, 700, 64, false};
+    const Shape loud{1, 2, 700, v.ds.front(), false};
     for (const auto& [s, q_scale] : {std::make_pair(big, 1.0f), std::make_pair(loud, 30.0f)}) {
       const auto in = make_backward_inputs(s, t, course::fresh_seed(), q_scale);
       CAPTURE(v.name);
@@ -102,10 +102,10 @@ TEST_CASE("standard attention's backward matches float64, every dtype and d it t
 }
 
 TEST_CASE("the deterministic variants give the same bits twice") {
-  for (const char* name : {"tc_deterministic", "tuned_deterministic", "wide_deterministic"}) {
+  for (const char* name : {"tc_deterministic", "tuned_deterministic", "wide_deterministic", "split_deterministic"}) {
     CAPTURE(name);
     const auto& v = bwd_variant(name);
-    const Shape s{2, 4, 1000, 64, true};
+    const Shape s{2, 4, 1000, v.supports(Dtype::bf16, 64) ? 64 : 128, true};
     const auto in = make_backward_inputs(s, Dtype::bf16, course::fresh_seed());
     const auto a = run_gpu(v, s, Dtype::bf16, in), b = run_gpu(v, s, Dtype::bf16, in);
     CHECK(a.dQ == b.dQ);
@@ -122,6 +122,7 @@ TEST_CASE("bad input: dtypes and head dimensions a kernel does not take, empty s
   no_acc.dQacc = nullptr;
   CHECK_THROWS_AS(launch_flash_backward_tc(Shape{1, 1, 4, 64, false}, Dtype::fp32, a), course::UsageError);
   CHECK_THROWS_AS(launch_flash_backward_tc(Shape{1, 1, 4, 32, false}, Dtype::fp16, a), course::UsageError);
+  CHECK_THROWS_AS(launch_flash_backward_split(Shape{1, 1, 4, 64, false}, Dtype::fp16, a), course::UsageError);
   CHECK_THROWS_AS(launch_flash_backward_dq(Shape{1, 1, 0, 64, false}, Dtype::bf16, a), course::UsageError);
   CHECK_THROWS_AS(launch_flash_backward_fp32(Shape{1, 1, 4, 48, false}, a), course::UsageError);
   CHECK_THROWS_AS(launch_flash_backward_fp32(Shape{1, 1, 4, 64, false}, no_acc), course::UsageError);

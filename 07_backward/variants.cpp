@@ -54,6 +54,8 @@ const std::vector<BwdVariant>& bwd_variants() {
        COURSE_LAUNCH(deterministic(launch_flash_backward_tuned))},
       {"wide", half, {64}, {kWideTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_wide))},
       {"wide_deterministic", half, {64}, {kWideTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_wide))},
+      {"split", half, {128}, {kTunedTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_split))},
+      {"split_deterministic", half, {128}, {kTunedTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_split))},
   };
   return variants;
 }

@@ -1,0 +1,47 @@
+// What stage 07's tensor-core key-outer kernels share beyond stage 06's building blocks
+// (tc_common.cuh): the per-row statistics L and D of a query block, and the reduction of a warp's
+// share of dQ into dQacc.
+#pragma once
+
+#include "../06_flash_v2/tc_common.cuh"
+
+namespace attention::bwd {
+
+using namespace attention::tc;
+
+// Br floats of L and D from row0 into shared memory, 4 bytes a thread (their rows need not start
+// on 16 bytes), rows past N zero-filled: with Q and dO zero there too, those rows add nothing.
+template <int Br>
+__device__ void load_stats_async(float* Ls, float* Ds, const float* L, const float* Dv, int rows) {
+  if (threadIdx.x < Br) {
+    const bool in = int(threadIdx.x) < rows;
+    ptx::cp_async_4(Ls + threadIdx.x, L + threadIdx.x, in);
+    ptx::cp_async_4(Ds + threadIdx.x, Dv + threadIdx.x, in);
+  }
+}
+
+// A warp's share of dQ, dq[mt][n] (rows 16·mt + g and + 8, columns 8n + 2t, + 1 of a tile whose
+// first element is `tile`, rows of D floats), added into dQacc with red.global.add. Lanes t and
+// t^1 swap halves (one shuffle of two floats) so that each holds 4 neighbours of one row: the even
+// lane row g, the odd one row g + 8, columns 8n + 4·(t/2) .. +3; one 16-byte reduction each, and a
+// warp's request covers 16 rows × 32 bytes, whole sectors. Rows from `rows` on are not added.
+template <int D, int MT, int NC>
+__device__ void red_add_dq(const float (&dq)[MT][NC][4], float* tile, int rows) {
+  const int lane = lane_id(), g = lane / 4, t = lane % 4;
+  const bool odd = t & 1;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int r = 16 * mt + g + 8 * odd;
+    float* row = tile + size_t(r) * D + 4 * (t / 2);
+#pragma unroll
+    for (int n = 0; n < NC; ++n) {
+      const float give0 = odd ? dq[mt][n][0] : dq[mt][n][2], give1 = odd ? dq[mt][n][1] : dq[mt][n][3];
+      const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+      const float4 v = odd ? make_float4(got0, got1, dq[mt][n][2], dq[mt][n][3])
+                           : make_float4(dq[mt][n][0], dq[mt][n][1], got0, got1);
+      if (r < rows) ptx::red_add_f32x4(row + 8 * n, v);
+    }
+  }
+}
+
+}  // namespace attention::bwd
