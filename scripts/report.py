@@ -602,17 +602,20 @@ def plot_flash_v2(records, out):
 
 
 BACKWARD = "07_backward"
-BWD_RUNGS = ["tc", "tc_deterministic", "tuned", "tuned_deterministic", "wide", "wide_deterministic"]
-BWD_FASTEST = ("tuned", "wide")  # the last rungs: wide at d = 64 (its only d), tuned at d = 128
+BWD_RUNGS = ["tc", "tc_deterministic", "tuned", "tuned_deterministic", "wide", "wide_deterministic", "split",
+             "split_deterministic"]
+BWD_FASTEST = ("tuned", "wide", "split")  # the last rungs: wide at d = 64, split at d = 128 (their only d)
 BACKWARD_STYLE = OrderedDict(
     standard=dict(color="tab:red", marker="x", label="standard (P kept)"),
     flash_bwd=dict(color="tab:olive", marker=".", label="flash_bwd (fp32)"),
     tc=dict(color="tab:orange", marker="o", label="tc"),
     tc_deterministic=dict(color="tab:green", marker="s", label="tc_deterministic"),
-    tuned=dict(color="tab:blue", marker="D", label="tuned (ours, d = 128)"),
+    tuned=dict(color="tab:blue", marker="D", label="tuned"),
     tuned_deterministic=dict(color="tab:purple", marker="^", label="tuned_deterministic"),
     wide=dict(color="tab:cyan", marker="*", label="wide (ours, d = 64)"),
     wide_deterministic=dict(color="tab:pink", marker="<", label="wide_deterministic"),
+    split=dict(color="tab:brown", marker="p", label="split (ours, d = 128)"),
+    split_deterministic=dict(color="tab:gray", marker=">", label="split_deterministic"),
     pytorch_flash_bwd=dict(color="black", marker="v", label="FlashAttention-2 (SDPA flash)"),
     pytorch_cudnn_bwd=dict(color="gray", marker="P", label="cuDNN"),
 )
@@ -621,8 +624,8 @@ LADDER_BWD = dict(style=BACKWARD_STYLE, rungs=BWD_RUNGS, best=BWD_FASTEST, fa2="
                   ylabel="TFLOP/s (2.5 × 4·B·H·N²·d, halved when causal)")
 FIG2 = dict(B=64, H=16, N=1024, d=64, causal=0)  # the paper's Fig. 2 shape (fp16 here)
 FIG2_PAPER = dict(standard=(41.7, 40.3e9), flash=(7.3, 4.4e9))  # A100: ms, HBM bytes (fwd + bwd)
-FIG2_RUNS = [("standard_fwdbwd", "standard"), ("tuned_fwdbwd", "FlashAttention (ours)"),
-             ("tuned_deterministic_fwdbwd", "ours, deterministic"), ("pytorch_flash_fwdbwd", "FA-2 (SDPA)"),
+FIG2_RUNS = [("standard_fwdbwd", "standard"), ("wide_fwdbwd", "FlashAttention (ours)"),
+             ("wide_deterministic_fwdbwd", "ours, deterministic"), ("pytorch_flash_fwdbwd", "FA-2 (SDPA)"),
              ("pytorch_cudnn_fwdbwd", "cuDNN (SDPA)"), ("pytorch_math_fwdbwd", "SDPA math")]
 
 
@@ -702,7 +705,7 @@ def backward_tables(records):
                       ["dtype", "d", "causal", "N", "B", "H"] + names +
                       ["fastest", "fastest / FA-2", "fastest / cuDNN", "deterministic / atomic"], rows)
     fig2 = []
-    for v, label in FIG2_RUNS + [(n, n) for n in ("standard", "tuned", "tuned_deterministic", "pytorch_flash_bwd",
+    for v, label in FIG2_RUNS + [(n, n) for n in ("standard", "wide", "wide_deterministic", "pytorch_flash_bwd",
                                                   "pytorch_cudnn_bwd", "pytorch_math_bwd")]:
         r = v2_find(recs, v, "fp16", need="ms", **FIG2)
         if r:
