@@ -166,6 +166,19 @@ __device__ inline void red_add_f32x4(float* global, float4 v) {
 #endif
 }
 
+// The same where `pred` holds, as one predicated instruction (@p red): no branch, so the caller's
+// address arithmetic stays outside any conditional code.
+__device__ inline void red_add_f32x4(float* global, float4 v, bool pred) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p red.global.v4.f32.add [%0], {%1, %2, %3, %4};\n}\n" ::"l"(global),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(int(pred))
+      : "memory");
+#else
+  if (pred) red_add_f32x4(global, v);
+#endif
+}
+
 // --- the swizzle: where 16-byte chunk c of row r of a tile lives in shared memory ---------------
 // Shared memory has 32 banks of 4 bytes: 128 bytes, 8 chunks of 16 bytes, per "wavefront". A tile
 // whose rows are a multiple of 128 bytes (64 or 128 halves) puts chunk c of every row in the same

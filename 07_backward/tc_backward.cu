@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
   const int warp = threadIdx.x / 32, lane = lane_id(), g = lane / 4, t = lane % 4;
   const int j = blockIdx.x, key0 = j * Bc;
   const size_t head = size_t(blockIdx.y) * p.N * D, stat0 = size_t(blockIdx.y) * p.N;
-  const float c = p.scale * 1.4426950408889634f, log2e = 1.4426950408889634f;
+  const float c = p.scale * 1.4426950408889634f;
   auto fetch = [&](int i, int b) {  // Q_i, dO_i, L_i, D_i into buffer b
     const int row0 = i * Br, rows = p.N - row0;
     load_tile_async<D, Br, kThreads>(Qs(b), p.Q + head + size_t(row0) * D, rows);
@@ -141,37 +141,19 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
       if (i == first) load_q_ldmatrix<D, 1>(kf, Ks, 16 * warp), load_q_ldmatrix<D, 1>(vf, Vs, 16 * warp);
     }
 
-    // Sᵀ = K_w·Q_iᵀ and dPᵀ = V_w·dO_iᵀ: 16·MT keys × Br queries each.
+    // Sᵀ = K_w·Q_iᵀ and dPᵀ = V_w·dO_iᵀ (16·MT keys × Br queries each), then Pᵀ = exp(scale·Sᵀ − L),
+    // the forward's P recomputed, and dSᵀ = Pᵀ ∘ (dPᵀ − D). The mask goes on Sᵀ first, as stage 06
+    // does it (−∞, in blocks that need it), so that no branch separates the exps from dPᵀ's mma's:
+    // in one basic block the compiler interleaves them. With the mask test inside the exp loop, as
+    // this stage first had it, every exp waited for the last mma (chapter 07, rung log: 5-12%).
     float St[MT][NT][4] = {}, dPt[MT][NT][4] = {};
-    if constexpr (F::kFragsInRegisters) {
-      qk_ldmatrix<T, D, 1, NT>(St, kf, Qs(b));
-      qk_ldmatrix<T, D, 1, NT>(dPt, vf, dOs(b));
-    } else {
-      qk_smem_q<T, D, MT, NT>(St, Ks, 16 * MT * warp, Qs(b));
-      qk_smem_q<T, D, MT, NT>(dPt, Vs, 16 * MT * warp, dOs(b));
-    }
-
-    // Pᵀ = exp(scale·Sᵀ − L) (the forward's P, recomputed) and dSᵀ = Pᵀ ∘ (dPᵀ − D). St[mt][n][e]
-    // is key 16·(MT·w + mt) + g (+8 for e >= 2), query 8·n + 2t + e % 2 of the block.
+    if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(St, kf, Qs(b));
+    else qk_smem_q<T, D, MT, NT>(St, Ks, 16 * MT * warp, Qs(b));
     const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const float2 Lq = *reinterpret_cast<const float2*>(Ls(b) + 8 * n + 2 * t);
-      const float2 Dq = *reinterpret_cast<const float2*>(Ds(b) + 8 * n + 2 * t);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float Le = (e % 2 ? Lq.y : Lq.x) * log2e, De = e % 2 ? Dq.y : Dq.x;
-          float P = ptx::exp2_approx(fmaf(St[mt][n][e], c, -Le));
-          if (mask) {
-            const int key = key0 + 16 * (MT * warp + mt) + g + 8 * (e / 2), query = row0 + 8 * n + 2 * t + e % 2;
-            if (key >= p.N || (p.causal && key > query)) P = 0.0f;
-          }
-          St[mt][n][e] = P;
-          dPt[mt][n][e] = P * (dPt[mt][n][e] - De);
-        }
-    }
+    if (mask) mask_scores_t(St, key0 + 16 * MT * warp, row0, p.N, p.causal);
+    if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(dPt, vf, dOs(b));
+    else qk_smem_q<T, D, MT, NT>(dPt, Vs, 16 * MT * warp, dOs(b));
+    softmax_backward_t(St, dPt, Ls(b), Ds(b), c);
     // Packed to 16 bits as A fragments (k = queries).
     uint32_t Pa[MT][NT / 2][4], dSa[MT][NT / 2][4];
 #pragma unroll
@@ -292,26 +274,21 @@ __global__ void __launch_bounds__(128, 2) flash_backward_dq(Params p, const uint
     if constexpr (F::kFragsInRegisters) {
       if (j == 0) load_q_ldmatrix<D, 1>(qf, Qs, 16 * warp), load_q_ldmatrix<D, 1>(gf, dOs, 16 * warp);
     }
-    float S[1][NT][4] = {}, dP[1][NT][4] = {};
-    if constexpr (F::kFragsInRegisters) {
-      qk_ldmatrix<T, D, 1, NT>(S, qf, Ks(j));
-      qk_ldmatrix<T, D, 1, NT>(dP, gf, Vs(j));
-    } else {
-      qk_smem_q<T, D, 1, NT>(S, Qs, 16 * warp, Ks(j));
-      qk_smem_q<T, D, 1, NT>(dP, dOs, 16 * warp, Vs(j));
-    }
+    // S = Q_w·K_jᵀ, masked as in the forward (before dP's mma's: see the key-outer kernel), dP.
     const int key0 = j * Bc;
+    float S[1][NT][4] = {}, dP[1][NT][4] = {};
+    if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(S, qf, Ks(j));
+    else qk_smem_q<T, D, 1, NT>(S, Qs, 16 * warp, Ks(j));
     const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
+    if (mask) mask_scores(S, warp_row0, key0, p.N, p.causal);
+    if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(dP, gf, Vs(j));
+    else qk_smem_q<T, D, 1, NT>(dP, dOs, 16 * warp, Vs(j));
     uint32_t dSa[1][NT / 2][4];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float P = ptx::exp2_approx(fmaf(S[0][n][e], c, -Lr[e / 2]));
-        if (mask) {
-          const int row = warp_row0 + g + 8 * (e / 2), key = key0 + 8 * n + 2 * t + e % 2;
-          if (key >= p.N || (p.causal && key > row)) P = 0.0f;
-        }
+        const float P = ptx::exp2_approx(fmaf(S[0][n][e], c, -Lr[e / 2]));
         S[0][n][e] = P * (dP[0][n][e] - Dr[e / 2]);
       }
     pack_a<T>(S[0], dSa[0]);

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(256, 1) flash_backward_split(Params p, const u
   const int wk = warp / 2, wq = warp % 2;  // keys 32·wk .. +31; queries (Sᵀ) and columns (dK, dV) half wq
   const int j = blockIdx.x, key0 = j * Bc;
   const size_t head = size_t(blockIdx.y) * p.N * D, stat0 = size_t(blockIdx.y) * p.N;
-  const float c = p.scale * 1.4426950408889634f, log2e = 1.4426950408889634f;
+  const float c = p.scale * 1.4426950408889634f;
   auto fetch = [&](int i, int b) {  // Q_i, dO_i, L_i, D_i into buffer b
     const int row0 = i * Br, rows = p.N - row0;
     load_tile_async<D, Br, kThreads>(Qs(b), p.Q + head + size_t(row0) * D, rows);
@@ -159,30 +159,13 @@ __global__ void __launch_bounds__(256, 1) flash_backward_split(Params p, const u
     const uint32_t q_at = b ? q_at0 + kBuffer : q_at0;
     float St[MT][NT][4] = {}, dPt[MT][NT][4] = {};
     mma_abt<T, D, MT, NT>(St, smem0, k_at, q_at);
-    mma_abt<T, D, MT, NT>(dPt, smem0, k_at + kKV, q_at + kQdO);
-
-    // Pᵀ = exp(scale·Sᵀ − L) and dSᵀ = Pᵀ ∘ (dPᵀ − D), as in tc_backward.cu; St[mt][n][e] is key
-    // 32·wk + 16·mt + g (+8 for e >= 2), query 32·wq + 8·n + 2t + e % 2 of the block.
+    // The mask before dPᵀ's mma's, then Pᵀ = exp(scale·Sᵀ − L) and dSᵀ = Pᵀ ∘ (dPᵀ − D), as in
+    // tc_backward.cu (one basic block: the exps and the mma's interleave).
     const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const int q = 32 * wq + 8 * n + 2 * t;
-      const float2 Lq = *reinterpret_cast<const float2*>(Ls(b) + q);
-      const float2 Dq = *reinterpret_cast<const float2*>(Ds(b) + q);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float Le = (e % 2 ? Lq.y : Lq.x) * log2e, De = e % 2 ? Dq.y : Dq.x;
-          float P = ptx::exp2_approx(fmaf(St[mt][n][e], c, -Le));
-          if (mask) {
-            const int key = key0 + 32 * wk + 16 * mt + g + 8 * (e / 2), query = row0 + q + e % 2;
-            if (key >= p.N || (p.causal && key > query)) P = 0.0f;
-          }
-          St[mt][n][e] = P;
-          dPt[mt][n][e] = P * (dPt[mt][n][e] - De);
-        }
-    }
+    if (mask) mask_scores_t(St, key0 + 32 * wk, row0 + 32 * wq, p.N, p.causal);
+    mma_abt<T, D, MT, NT>(dPt, smem0, k_at + kKV, q_at + kQdO);
+    softmax_backward_t(St, dPt, Ls(b) + 32 * wq, Ds(b) + 32 * wq, c);
+
     // Pᵀ and dSᵀ into shared memory, packed to 16 bits: the accumulator layout, 4 bytes a lane
     // (rows 16·mt + 8·(x % 2) on: immediates; chunks 2k + x / 2 on: XOR, as for ldmatrix).
 #pragma unroll
