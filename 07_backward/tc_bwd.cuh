@@ -68,7 +68,7 @@ __device__ void softmax_backward_t(float (&St)[MT][NT][4], float (&dPt)[MT][NT][
 // warp's request covers 16 rows × 32 bytes, whole sectors. Rows from `rows` on are not added: the
 // reduction is predicated (ptx.cuh), not branched around. With `if (r < rows)` around it the
 // compiler computed the row's address anew inside each of the 8 branches, ≈ 80 instructions a
-// warp a step; measured in split (H100, d = 128, N = 16384): 4.59 → 4.24 G instructions, 2% time.
+// warp a step; measured in split (H100, d = 128, N = 16384): 4.59 → 4.24 G instructions, 1% time.
 template <int D, int MT, int NC>
 __device__ void red_add_dq(const float (&dq)[MT][NC][4], float* tile, int rows) {
   const int lane = lane_id(), g = lane / 4, t = lane % 4;
