@@ -14,12 +14,6 @@ namespace attention {
 namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-course::IoCount& operator+=(course::IoCount& a, const course::IoCount& b) {
-  a.read_bytes += b.read_bytes;
-  a.write_bytes += b.write_bytes;
-  return a;
-}
-
 // Sectors of the floats [first, first + n) of an array that starts on a sector.
 double sectors(std::size_t first, std::size_t n) {
   return n == 0 ? 0.0 : double((first + n - 1) / 8 - first / 8 + 1);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../02_tiled_matmul/algorithm.hpp"
 #include "../06_flash_v2/counted_tensor.hpp"
 #include "check.hpp"
 
@@ -216,17 +217,106 @@ double flash_backward_device_bytes(const Shape& s, course::Dtype dtype, bool det
 }
 
 double standard_forward_model_bytes(const Shape& s, course::Dtype dtype) {
+  if (dtype == course::Dtype::fp32) return standard_model_bytes(s);  // stage 05's
   const double e = double(course::bytes_of(dtype)), N = s.N, H = s.heads();
   return H * (4.0 * e * N * N + 4.0 * e * N * s.d);
 }
 
 double standard_backward_model_bytes(const Shape& s, course::Dtype dtype) {
-  const double e = double(course::bytes_of(dtype)), N = s.N, H = s.heads();
-  return H * (7.0 * e * N * N + 8.0 * e * N * s.d);
+  const double e = double(course::bytes_of(dtype)), N = s.N, H = s.heads(), d = s.d;
+  if (dtype != course::Dtype::fp32) return H * (7.0 * e * N * N + 8.0 * e * N * d);
+  using matmul::tiled_model_bytes;
+  const int n = s.N;
+  const double products = 3.0 * tiled_model_bytes(n, s.d, n, matmul::kBM, matmul::kBN) +
+                          tiled_model_bytes(n, n, s.d, matmul::kBM, matmul::kBN);
+  return H * (8.0 * N * N + 8.0 * N * d + 12.0 * N * N + 8.0 * N * N + products);
+}
+
+namespace {
+
+// Y = Xᵀ for `batch` R × C matrices, as standard.cu's transpose kernel requests it: per 32 × 32
+// tile, a warp's read of (what is left of) 32 floats of a row of X, and its write of a row of Y.
+course::IoCount transpose_counted(const float* X, float* Y, int R, int C, int batch) {
+  constexpr int T = kTransposeTile;
+  course::Hbm hbm;
+  const std::size_t m = std::size_t(R) * C;
+  const auto gX = hbm.wrap(X, m * batch);
+  const auto gY = hbm.wrap(Y, m * batch);
+  std::vector<float> tile(T * T), row(T);
+  for (int b = 0; b < batch; ++b)
+    for (int r0 = 0; r0 < R; r0 += T)
+      for (int c0 = 0; c0 < C; c0 += T) {
+        const int rows = std::min(T, R - r0), cols = std::min(T, C - c0);
+        for (int r = 0; r < rows; ++r) gX.load(b * m + std::size_t(r0 + r) * C + c0, cols, &tile[r * T]);
+        for (int c = 0; c < cols; ++c) {
+          for (int r = 0; r < rows; ++r) row[r] = tile[r * T + c];
+          gY.store(b * m + std::size_t(c0 + c) * R + r0, rows, row.data());
+        }
+      }
+  return hbm.count();
+}
+
+}  // namespace
+
+course::IoCount standard_backward_counted(const Shape& s, const float* Q, const float* K, const float* V,
+                                          const float* dO, float* dQ, float* dK, float* dV) {
+  course::require(s.N > 0 && s.heads() > 0, "standard attention: empty shape " + s.text());
+  const int N = s.N, d = s.d, H = s.heads();
+  const std::size_t head = std::size_t(N) * d, square = std::size_t(N) * N;
+  const float scale = 1.0f / std::sqrt(float(d));
+  // P, the forward's output (stage 05's standard attention), computed here uncounted.
+  std::vector<float> P(square * H), dS(square * H), T(square * H), Vt(s.elements());
+  for (int h = 0; h < H; ++h)
+    for (int i = 0; i < N; ++i) {
+      float* p = &P[h * square + std::size_t(i) * N];
+      float m = -INFINITY;
+      for (int j = 0; j < N; ++j) {
+        float x = 0.0f;
+        for (int k = 0; k < d; ++k) x += Q[h * head + std::size_t(i) * d + k] * (scale * K[h * head + std::size_t(j) * d + k]);
+        p[j] = (s.causal && j > i) ? -INFINITY : x;
+        m = std::max(m, p[j]);
+      }
+      float l = 0.0f;
+      for (int j = 0; j < N; ++j) l += (p[j] = std::exp(p[j] - m));
+      for (int j = 0; j < N; ++j) p[j] /= l;
+    }
+  course::IoCount total = transpose_counted(P.data(), T.data(), N, N, H);  // T = Pᵀ
+  for (int h = 0; h < H; ++h)                                               // dV = T·dO
+    total += matmul::register_blocked_counted(T.data() + h * square, dO + h * head, dV + h * head, N, d, N);
+  total += transpose_counted(V, Vt.data(), N, d, H);                        // Vt = Vᵀ
+  for (int h = 0; h < H; ++h)                                               // dP = dO·Vt
+    total += matmul::register_blocked_counted(dO + h * head, Vt.data() + h * head, dS.data() + h * square, N, N, d);
+  {  // dS = scale·P ∘ (dP − D), a row at a time: P and dP read once, dS written once, by warps
+     // over 32-float stretches from the row's start
+    course::Hbm hbm;
+    const auto gP = hbm.wrap(P.data(), P.size());
+    const auto gS = hbm.wrap(dS.data(), dS.size());
+    std::vector<float> p(N), dp(N);
+    for (std::size_t row = 0; row < std::size_t(H) * N; ++row) {
+      const std::size_t at = row * N;
+      for (int j = 0; j < N; j += 32) {
+        gP.load(at + j, std::min(32, N - j), &p[j]);
+        gS.load(at + j, std::min(32, N - j), &dp[j]);
+      }
+      float D = 0.0f;
+      for (int j = 0; j < N; ++j) D += p[j] * dp[j];
+      for (int j = 0; j < N; ++j) dp[j] = scale * p[j] * (dp[j] - D);
+      for (int j = 0; j < N; j += 32) gS.store(at + j, std::min(32, N - j), &dp[j]);
+    }
+    total += hbm.count();
+  }
+  for (int h = 0; h < H; ++h)                                               // dQ = dS·K
+    total += matmul::register_blocked_counted(dS.data() + h * square, K + h * head, dQ + h * head, N, d, N);
+  total += transpose_counted(dS.data(), T.data(), N, N, H);                 // T = dSᵀ
+  for (int h = 0; h < H; ++h)                                               // dK = T·Q
+    total += matmul::register_blocked_counted(T.data() + h * square, Q + h * head, dK + h * head, N, d, N);
+  return total;
 }
 
 double standard_backward_device_bytes(const Shape& s, course::Dtype dtype) {
   const double e = double(course::bytes_of(dtype)), N = s.N, H = s.heads();
+  if (dtype == course::Dtype::fp32)  // stage 05's forward memory, dO and the gradients, T
+    return standard_device_bytes(s) + 4.0 * (4.0 * double(s.elements()) + H * N * N);
   return H * (8.0 * e * N * s.d + 2.0 * e * N * N);
 }
 

@@ -83,9 +83,21 @@ double flash_backward_device_bytes(const Shape& s, course::Dtype dtype, bool det
 //   backward  dV = Pᵀ·dO  e·N² + 2e·N·d    dP = dO·Vᵀ  2e·N·d + e·N²    dS  3e·N² (P, dP in)
 //             dQ = scale·dS·K, dK = scale·dSᵀ·Q  2·(e·N² + 2e·N·d)
 // Causal changes nothing: the products run over the whole square and the softmax writes zeros.
-double standard_forward_model_bytes(const Shape& s, course::Dtype dtype);   // 4e·N² + 4e·N·d
-double standard_backward_model_bytes(const Shape& s, course::Dtype dtype);  // 7e·N² + 8e·N·d
-// Device memory: Q, K, V, O, dO, dQ, dK, dV, and the two N² workspaces P and dP/dS.
+// fp32 is built from the course's kernels instead (standard.cu), and its model is exact (to the
+// sector, when N % 8 == 0) like stage 05's:
+//   forward   stage 05's standard attention (standard_model_bytes)
+//   backward  T = Pᵀ  8N²    dV = T·dO  stage 02    Vt = Vᵀ  8N·d    dP = dO·Vt  stage 02
+//             dS = scale·P ∘ (dP − rowsum(P ∘ dP)) over dP, a row a block  12N²
+//             T = dSᵀ  8N²    dQ = dS·K, dK = T·Q  stage 02
+// with stage 02's model 4·(M·K·⌈N/128⌉ + K·N·⌈M/128⌉) + 4·M·N for each product.
+double standard_forward_model_bytes(const Shape& s, course::Dtype dtype);   // 16-bit: 4e·N² + 4e·N·d
+double standard_backward_model_bytes(const Shape& s, course::Dtype dtype);  // 16-bit: 7e·N² + 8e·N·d
+// fp32 only: the backward through the counting view, as the kernels run it (P computed first, on
+// the CPU, uncounted: it is the forward's output). Transposes by 32 × 32 tiles as stage 05's.
+course::IoCount standard_backward_counted(const Shape& s, const float* Q, const float* K, const float* V,
+                                          const float* dO, float* dQ, float* dK, float* dV);
+// Device memory: Q, K, V, O, dO, dQ, dK, dV, and the N² workspaces: 16-bit P and dP/dS; fp32
+// stage 05's workspace (Kt, S, P, partials) and T.
 double standard_backward_device_bytes(const Shape& s, course::Dtype dtype);
 
 // The block sizes the kernels are compiled with (kernels_fp32.cu, tc_backward.cu): key-outer

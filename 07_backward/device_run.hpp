@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../05_flash_v1/kernels.cuh"  // standard_workspace_floats
 #include "../06_flash_v2/kernels.cuh"
 #include "../06_flash_v2/variants.hpp"
 #include "device_buffer.hpp"
@@ -23,7 +24,8 @@ struct BackwardDeviceRun {
   course::DeviceBuffer<float> Qf, Kf, Vf, Of, dOf, dQf, dKf, dVf;                   // fp32
   course::DeviceBuffer<std::uint16_t> Qh, Kh, Vh, Oh, dOh, dQh, dKh, dVh;          // fp16, bf16
   course::DeviceBuffer<float> L, D, dQacc;
-  course::DeviceBuffer<std::uint16_t> P, dS;  // standard attention
+  course::DeviceBuffer<std::uint16_t> P, dS;  // standard attention, 16-bit
+  course::DeviceBuffer<float> work, T;         // standard attention, fp32 (kernels.cuh)
   bool standard;
 
   BackwardDeviceRun(const Shape& s, course::Dtype dtype, const BackwardInputs& in, const BwdVariant& v)
@@ -44,8 +46,10 @@ struct BackwardDeviceRun {
     L = course::DeviceBuffer<float>(rows);
     D = course::DeviceBuffer<float>(rows);
     if (atomic) dQacc = course::DeviceBuffer<float>(n);
-    if (standard) {
-      const std::size_t square = std::size_t(s.heads()) * s.N * s.N;
+    const std::size_t square = std::size_t(s.heads()) * s.N * s.N;
+    if (standard && fp32()) {
+      work = course::DeviceBuffer<float>(standard_workspace_floats(s)), T = course::DeviceBuffer<float>(square);
+    } else if (standard) {
       P = course::DeviceBuffer<std::uint16_t>(square), dS = course::DeviceBuffer<std::uint16_t>(square);
     }
   }
@@ -53,12 +57,14 @@ struct BackwardDeviceRun {
   // O and L: stage 06's forward (flash_v2 in fp32, tuned on the tensor cores); standard
   // attention: O and P, by its own forward.
   void forward(const Shape& s) {
-    if (standard) return launch_standard_forward(s, t, args(), Oh.get());
+    if (standard) return launch_standard_forward(s, t, args(), fp32() ? static_cast<void*>(Of.get()) : Oh.get());
     const V2Variant& v = v2_variant(fp32() ? "flash_v2" : "tuned");
     v.launch(s, t, args().Q, args().K, args().V, fp32() ? static_cast<void*>(Of.get()) : Oh.get(), L.get());
   }
   BackwardArgs args() {
-    if (fp32()) return {Qf.get(), Kf.get(), Vf.get(), Of.get(), dOf.get(), L.get(), D.get(), dQacc.get(), dQf.get(), dKf.get(), dVf.get()};
+    if (fp32())
+      return {Qf.get(), Kf.get(), Vf.get(), Of.get(), dOf.get(), L.get(), D.get(), dQacc.get(), dQf.get(), dKf.get(), dVf.get(),
+              nullptr, nullptr, work.get(), T.get()};
     return {Qh.get(), Kh.get(), Vh.get(), Oh.get(), dOh.get(), L.get(), D.get(), dQacc.get(), dQh.get(), dKh.get(), dVh.get(),
             P.get(), dS.get()};
   }

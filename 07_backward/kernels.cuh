@@ -15,7 +15,12 @@ struct BackwardArgs {
   float* D;
   float* dQacc;
   void *dQ, *dK, *dV;
-  void *P = nullptr, *dS = nullptr;  // standard attention only: B·H·N² values of the dtype each
+  // Standard attention only. fp16/bf16: P, kept by its forward, and dS, for dP then dS (B·H·N²
+  // values of the dtype each). fp32: `work`, stage 05's workspace (standard_workspace_floats: Kt,
+  // S, P, the softmax's partials; the backward reuses Kt for Vᵀ and S for dP, then dS), and T for
+  // Pᵀ, then dSᵀ (B·H·N² floats).
+  void *P = nullptr, *dS = nullptr;
+  float *work = nullptr, *T = nullptr;
 };
 
 // D = rowsum(dO ∘ O), one float a row; and dQacc = 0 when dQacc is not null (preprocess.cu).
@@ -37,8 +42,9 @@ void launch_flash_backward_wide(const Shape& s, course::Dtype t, const BackwardA
 // The split rung (d = 128; tc_split.cu): FA-2's division of the work between 8 warps, P and dS
 // through shared memory.
 void launch_flash_backward_split(const Shape& s, course::Dtype t, const BackwardArgs& a);
-// Standard attention in fp16/bf16 (standard.cu): cuBLAS products and the softmax rows kept in
-// a.P. The forward writes P and O; the backward reads P and uses a.dS for dP, then dS.
+// Standard attention (standard.cu). fp16/bf16: cuBLAS products and the softmax rows kept in a.P;
+// the forward writes P and O; the backward reads P and uses a.dS for dP, then dS. fp32: the
+// forward is stage 05's (stages 02 and 03), the backward stage 02's matmul with transposes.
 void launch_standard_forward(const Shape& s, course::Dtype t, const BackwardArgs& a, void* O);
 void launch_standard_backward(const Shape& s, course::Dtype t, const BackwardArgs& a);
 // The deterministic variant's dQ: a query-outer pass, dQ_i summed on chip and written once.

@@ -147,7 +147,16 @@ int main(int argc, char** argv) {
             model += v->standard ? standard_forward_model_bytes(s, t)
                                  : flash_v2_model_bytes(s, t, v2_variant(t == Dtype::fp32 ? "flash_v2" : "tuned").tiles(s.d));
           row.io_model_bytes = model;
-          if (count && !v->standard && !with_forward) {
+          if (count && !with_forward && v->standard && t == Dtype::fp32) {  // stages 02, 03, 05's kernels
+            if (!counted.count("standard")) {
+              bench.progress(problem, "standard: counting IO on the CPU");
+              std::vector<float> dQ(s.elements(), NAN), dK(s.elements(), NAN), dV(s.elements(), NAN);
+              const auto io = standard_backward_counted(s, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data(),
+                                                        dQ.data(), dK.data(), dV.data());
+              counted["standard"] = {io, ref.check_all(dQ.data(), dK.data(), dV.data())};
+            }
+            bench.record_counted(row, counted["standard"].first, counted["standard"].second);
+          } else if (count && !v->standard && !with_forward) {
             const std::string key = blocks + (plan.deterministic ? " det" : "");
             if (!counted.count(key)) {
               if (O.empty()) {
@@ -202,7 +211,8 @@ int main(int argc, char** argv) {
                   "preprocess, main pass(es), dQ; standard: each step's inputs and output once; with "
                   "--with-forward, the forward's too); counted: the CPU run through the counting view "
                   "(B*H*N*N*d <= " + std::to_string(static_cast<long long>(count_limit)) +
-                      ", else n/a; not for standard attention, whose products are cuBLAS's)",
+                      ", else n/a; standard attention: fp32 only, whose kernels are the course's; in "
+                      "fp16/bf16 its products are cuBLAS's)",
                   "max rel err: the gradient (dQ, dK or dV) closest to its tolerance, against float64 on the "
                   "rounded inputs (fp32: the course's per-element error; fp16/bf16: max |x - ref| / rms(ref), "
                   "FlashAttention's measure, held to twice that of the backward computed plainly in the dtype; every head if B*H*N <= 16384, else " + std::to_string(check_heads) +

@@ -205,6 +205,8 @@ TEST_CASE("standard attention's model: the N² tensors P, dP and dS dominate; it
   CHECK(standard_backward_model_bytes(s, Dtype::fp16) / square == doctest::Approx(7.0).epsilon(0.02));
   CHECK(standard_forward_model_bytes(s, Dtype::fp16) / square == doctest::Approx(4.0).epsilon(0.02));
   CHECK(standard_backward_device_bytes(s, Dtype::fp16) / square == doctest::Approx(2.0).epsilon(0.05));
+  // fp32 (stage 02's products read their operands once per 128-wide block): more than twice fp16's
+  CHECK(standard_backward_model_bytes(s, Dtype::fp32) > 2.0 * standard_backward_model_bytes(s, Dtype::fp16));
   // Twice N (N = 1000): the standard backward's bytes grow almost 4×. Between the SMs and L2 FlashAttention's
   // backward (Bc = 128) moves ≈ (2e + 4)·N²·d/Bc = 4·N² bytes a head at d = 64, standard 7e·N² =
   // 14·N²: only 3.5× fewer, as Q_i, dO_i and the dQ additions return for every key block.
@@ -215,6 +217,24 @@ TEST_CASE("standard attention's model: the N² tensors P, dP and dS dominate; it
   const double ratio = standard_backward_model_bytes(s, Dtype::fp16) / flash_backward_model_bytes(s, Dtype::fp16, bwd_variant("tuned").plan);
   CHECK(ratio > 2.5);
   CHECK(ratio < 3.5);
+}
+
+TEST_CASE("standard attention in fp32 (stages 02, 03, 05): counted = model when N % 8 == 0, and the gradients") {
+  for (bool causal : {false, true})
+    for (auto [N, d] : std::vector<std::array<int, 2>>{{64, 64}, {136, 32}, {96, 128}, {77, 64}}) {
+      const Shape s{1, 2, N, d, causal};
+      CAPTURE(s.text());
+      const auto in = make_backward_inputs(s, Dtype::fp32, course::fresh_seed());
+      CAPTURE(in.fwd.seed);
+      std::vector<float> dQ(s.elements(), NAN), dK(s.elements(), NAN), dV(s.elements(), NAN);
+      const auto io = standard_backward_counted(s, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data(),
+                                                dQ.data(), dK.data(), dV.data());
+      if (N % 8 == 0) CHECK(double(io.total()) == standard_backward_model_bytes(s, Dtype::fp32));
+      else  // rows off the sectors, and stage 02's unvectorized path (matmul::tiled_model_exact): more
+        CHECK(double(io.total()) > standard_backward_model_bytes(s, Dtype::fp32));
+      const BackwardReference ref(s, Dtype::fp32, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+      check_gradients(ref, dQ.data(), dK.data(), dV.data());
+    }
 }
 
 TEST_CASE("causal: key block j meets the query blocks from the one holding its first key") {
@@ -230,7 +250,7 @@ TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused wi
   CHECK(bwd_variant("split").supports(Dtype::fp16, 128));
   CHECK_FALSE(bwd_variant("split").supports(Dtype::fp16, 64));
   CHECK(bwd_variant("standard").standard);
-  CHECK_FALSE(bwd_variant("standard").supports(Dtype::fp32, 64));
+  CHECK(bwd_variant("standard").supports(Dtype::fp32, 32));
   CHECK(bwd_variant("tuned").plan.kv.Bc == 128);
   CHECK(bwd_variant("tuned_deterministic").plan.deterministic);
   CHECK(bwd_variant("flash_bwd").supports(Dtype::fp32, 32));

@@ -45,7 +45,7 @@ bool BwdVariant::supports(Dtype t, int d) const {
 const std::vector<BwdVariant>& bwd_variants() {
   static const std::vector<Dtype> half = {Dtype::fp16, Dtype::bf16};
   static const std::vector<BwdVariant> variants = {
-      {"standard", half, {64, 128}, {}, COURSE_LAUNCH(launch_standard_backward), true},
+      {"standard", {Dtype::fp32, Dtype::fp16, Dtype::bf16}, {32, 64, 128}, {}, COURSE_LAUNCH(launch_standard_backward), true},
       {"flash_bwd", {Dtype::fp32}, {32, 64, 128}, {kFp32Tiles}, COURSE_LAUNCH(atomic(fp32_pass))},
       {"tc", half, {64, 128}, {kTcTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_tc))},
       {"tc_deterministic", half, {64, 128}, {kTcTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_tc))},

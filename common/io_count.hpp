@@ -32,6 +32,11 @@ struct IoCount {
   std::uint64_t read_bytes = 0;
   std::uint64_t write_bytes = 0;
   std::uint64_t total() const { return read_bytes + write_bytes; }
+  IoCount& operator+=(const IoCount& b) {  // the traffic of one pass after another
+    read_bytes += b.read_bytes;
+    write_bytes += b.write_bytes;
+    return *this;
+  }
 };
 
 template <class T>
