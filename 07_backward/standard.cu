@@ -121,7 +121,8 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows(T* S, int N, bool ca
 
 // dS = scale·P ∘ (dP − D) with D = rowsum(P ∘ dP), one row a block, written over dP (scale = 1
 // but in fp32, where it saves a pass). P and dP go through shared memory, so each is read once.
-// IO: 2e·N read, e·N written per row.
+// IO: 2e·N read, e·N written per row (rows off the sector grid: the sectors two warps share are
+// read once, the second request served by L1; each warp's store covers its own partial sectors).
 template <class T>
 __global__ void __launch_bounds__(kRowThreads) softmax_backward_rows(const T* P, T* dP, int N, float scale) {
   extern __shared__ __align__(16) unsigned char raw[];

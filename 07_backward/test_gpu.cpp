@@ -173,6 +173,16 @@ TEST_CASE("stage 07 kernels: measured SM<->L2 traffic is the counted traffic") {
                      << r.traffic->l2_write_bytes / double(counted.write_bytes));
       const double eps = N % 8 == 0 ? 1e-3 : 1e-2;
       CHECK(r.traffic->l2_read_bytes == doctest::Approx(double(counted.read_bytes)).epsilon(eps));
-      CHECK(r.traffic->l2_write_bytes == doctest::Approx(double(counted.write_bytes)).epsilon(eps));
+      if (v.standard && N % 4 != 0) {
+        // Stage 02's 4-byte path (rows not on 16 bytes) and the row kernel's unaligned stretches
+        // store partial sectors, which the SM may combine before L2: as stage 02's own test, the
+        // writes lie between the bytes written (Pᵀ, dP, dS, dSᵀ: 4 N² a head; Vᵀ, dV, dQ, dK: 4 N·d)
+        // and the counted sectors.
+        const double written = 4.0 * s.heads() * (4.0 * N * N + 4.0 * N * d);
+        CHECK(r.traffic->l2_write_bytes >= written);
+        CHECK(r.traffic->l2_write_bytes <= 1.01 * double(counted.write_bytes));
+      } else {
+        CHECK(r.traffic->l2_write_bytes == doctest::Approx(double(counted.write_bytes)).epsilon(eps));
+      }
     }
 }
