@@ -446,7 +446,8 @@ def ratio(a, b):
 
 
 def ladder_cells(recs, dtype):
-    """(d, causal, N, B, H) of the ladder's grid that have a timed row in this dtype."""
+    """(d, causal, N, B, H) of the ladder's grid that have a timed row in this dtype (standard attention's
+    alone do not make a cell: stage 07's memory line, B = 8 and N = 2048, lies on the grid too)."""
     cells = set()
     for r in recs:
         try:
@@ -454,7 +455,7 @@ def ladder_cells(recs, dtype):
         except (KeyError, ValueError):
             continue
         if r["dtype"] == dtype and r.get("tflops") is not None and B * N == LADDER_TOKENS \
-                and H * d == LADDER_WIDTH:
+                and H * d == LADDER_WIDTH and r["variant"] != "standard":
             cells.add((d, int(r["fields"].get("causal", 0)), N, B, H))
     return sorted(cells)
 
