@@ -84,6 +84,20 @@ struct BackwardDeviceRun {
   std::vector<float> values(const course::DeviceBuffer<float>& f, const course::DeviceBuffer<std::uint16_t>& h) const {
     return fp32() ? f.download() : course::to_floats(t, h.download());
   }
+  // Only the given heads (head_size elements each), one after another: what the float64 check
+  // compares (BackwardReference::check_all_heads).
+  std::vector<float> heads(int which, const std::vector<int>& heads, std::size_t head_size) const {
+    const course::DeviceBuffer<float>* f[3] = {&dQf, &dKf, &dVf};
+    const course::DeviceBuffer<std::uint16_t>* h[3] = {&dQh, &dKh, &dVh};
+    std::vector<float> out;
+    for (int head : heads) {
+      const std::size_t first = std::size_t(head) * head_size;
+      const auto x = fp32() ? f[which]->download(first, head_size)
+                            : course::to_floats(t, h[which]->download(first, head_size));
+      out.insert(out.end(), x.begin(), x.end());
+    }
+    return out;
+  }
   std::vector<float> dQ() const { return values(dQf, dQh); }
   std::vector<float> dK() const { return values(dKf, dKh); }
   std::vector<float> dV() const { return values(dVf, dVh); }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <map>
 
 #include "../06_flash_v2/variants.hpp"
@@ -49,6 +50,48 @@ struct Dump {
     course::require(bool(f), "--dump: cannot write " + dir + "/meta.json");
   }
 };
+
+using Counted = std::pair<course::IoCount, course::Comparison>;
+
+// The runs that share a CPU count: standard attention's, and FlashAttention's by blocks and dQ pass.
+std::string count_key(const BwdVariant& v) {
+  if (v.standard) return "standard";
+  return std::to_string(v.plan.kv.Br) + "x" + std::to_string(v.plan.kv.Bc) + (v.plan.deterministic ? " det" : "");
+}
+
+// The CPU counts the runs need (standard attention's in fp32 only, whose kernels are the course's),
+// each with its gradients checked against float64: one thread each, since the counting view is
+// sequential and the counts share nothing but the read-only inputs and the forward's O and L.
+std::map<std::string, Counted> count_on_cpu(const Shape& s, Dtype t, const std::vector<const BwdVariant*>& runs,
+                                            const BackwardInputs& in, const BackwardReference& ref,
+                                            course::Bench& bench, const std::string& problem) {
+  std::map<std::string, std::future<Counted>> jobs;
+  std::vector<float> O, L;  // the CPU forward (stage 06), once, for FlashAttention's counts
+  std::string names;
+  for (const BwdVariant* v : runs) {
+    const std::string key = count_key(*v);
+    if (jobs.count(key) || (v->standard && t != Dtype::fp32)) continue;
+    if (!v->standard && O.empty()) {
+      bench.progress(problem, "the forward on the CPU (stage 06), for the counts");
+      O.assign(s.elements(), NAN), L.assign(std::size_t(s.heads()) * s.N, NAN);
+      flash_v2_counted(s, t, Tiles{128, 64}, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), O.data(), L.data());
+    }
+    jobs[key] = std::async(std::launch::async, [&, v] {
+      std::vector<float> dQ(s.elements(), NAN), dK(s.elements(), NAN), dV(s.elements(), NAN);
+      const course::IoCount io =
+          v->standard ? standard_backward_counted(s, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data(),
+                                                  dQ.data(), dK.data(), dV.data())
+                      : flash_backward_counted(s, t, v->plan, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
+                                               O.data(), in.dO.data(), L.data(), dQ.data(), dK.data(), dV.data());
+      return Counted{io, ref.check_all(dQ.data(), dK.data(), dV.data())};
+    });
+    names += (names.empty() ? "" : ", ") + v->name;
+  }
+  if (!jobs.empty()) bench.progress(problem, "counting IO on the CPU: " + names + " (a thread each)");
+  std::map<std::string, Counted> counted;
+  for (auto& [key, job] : jobs) counted[key] = job.get();
+  return counted;
+}
 
 }  // namespace
 
@@ -127,8 +170,8 @@ int main(int argc, char** argv) {
         const BackwardInputs in = make_backward_inputs(s, t, options.seed, q_scale);
         const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data(), check_heads);
         const bool count = double(s.heads()) * N * double(N) * s.d <= count_limit;
-        std::vector<float> O, L;  // the CPU forward (stage 06), once, for the counts
-        std::map<std::string, std::pair<course::IoCount, course::Comparison>> counted;
+        const std::map<std::string, Counted> counted =
+            count && !with_forward ? count_on_cpu(s, t, runs, in, ref, bench, problem) : std::map<std::string, Counted>{};
         Dump dump{dump_dir, {}};
         if (!dump_dir.empty()) {
           dump.write("Q.bin", in.fwd.Q), dump.write("K.bin", in.fwd.K), dump.write("V.bin", in.fwd.V);
@@ -147,31 +190,8 @@ int main(int argc, char** argv) {
             model += v->standard ? standard_forward_model_bytes(s, t)
                                  : flash_v2_model_bytes(s, t, v2_variant(t == Dtype::fp32 ? "flash_v2" : "tuned").tiles(s.d));
           row.io_model_bytes = model;
-          if (count && !with_forward && v->standard && t == Dtype::fp32) {  // stages 02, 03, 05's kernels
-            if (!counted.count("standard")) {
-              bench.progress(problem, "standard: counting IO on the CPU");
-              std::vector<float> dQ(s.elements(), NAN), dK(s.elements(), NAN), dV(s.elements(), NAN);
-              const auto io = standard_backward_counted(s, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data(),
-                                                        dQ.data(), dK.data(), dV.data());
-              counted["standard"] = {io, ref.check_all(dQ.data(), dK.data(), dV.data())};
-            }
-            bench.record_counted(row, counted["standard"].first, counted["standard"].second);
-          } else if (count && !v->standard && !with_forward) {
-            const std::string key = blocks + (plan.deterministic ? " det" : "");
-            if (!counted.count(key)) {
-              if (O.empty()) {
-                bench.progress(problem, "the forward on the CPU (stage 06), for the counts");
-                O.assign(s.elements(), NAN), L.assign(std::size_t(s.heads()) * N, NAN);
-                flash_v2_counted(s, t, Tiles{128, 64}, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), O.data(), L.data());
-              }
-              bench.progress(problem, v->name + ": counting IO on the CPU");
-              std::vector<float> dQ(s.elements(), NAN), dK(s.elements(), NAN), dV(s.elements(), NAN);
-              const auto io = flash_backward_counted(s, t, plan, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
-                                                     O.data(), in.dO.data(), L.data(), dQ.data(), dK.data(), dV.data());
-              counted[key] = {io, ref.check_all(dQ.data(), dK.data(), dV.data())};
-            }
-            bench.record_counted(row, counted[key].first, counted[key].second);
-          }
+          if (const auto c = counted.find(count_key(*v)); c != counted.end())
+            bench.record_counted(row, c->second.first, c->second.second);
 #if COURSE_HAS_CUDA
           if (bench.use_gpu()) {
             const double device = v->standard ? standard_backward_device_bytes(s, t)
@@ -192,12 +212,15 @@ int main(int argc, char** argv) {
               if (with_forward) dev.forward(s);
               v->launch(s, t, dev.args());
             }, [&] {
-              const auto dQ = dev.dQ(), dK = dev.dK(), dV = dev.dV();
               if (!dump_dir.empty()) {
-                dump.write(v->name + ".dQ.bin", dQ), dump.write(v->name + ".dK.bin", dK), dump.write(v->name + ".dV.bin", dV);
+                dump.write(v->name + ".dQ.bin", dev.dQ()), dump.write(v->name + ".dK.bin", dev.dK());
+                dump.write(v->name + ".dV.bin", dev.dV());
                 dump.variants.push_back(v->name);
               }
-              return ref.check_all(dQ.data(), dK.data(), dV.data());
+              const std::size_t head = std::size_t(N) * s.d;
+              const auto dQ = dev.heads(0, ref.heads(), head), dK = dev.heads(1, ref.heads(), head),
+                         dV = dev.heads(2, ref.heads(), head);
+              return ref.check_all_heads(dQ.data(), dK.data(), dV.data());
             });
           }
 #endif

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <vector>
 
 #include "../06_flash_v2/problem.hpp"
@@ -19,9 +20,12 @@ struct BackwardInputs {
 inline BackwardInputs make_backward_inputs(const Shape& s, course::Dtype t, std::uint64_t seed,
                                            float q_scale = 1.0f, float lo = -1.0f, float hi = 2.0f) {
   BackwardInputs in;
+  auto dO = std::async(std::launch::async, [&] {  // beside Q, K and V, each drawn on its own thread
+    in.dO = course::random_uniform(s.elements(), seed + 3, lo, hi);
+    in.dOh = course::round_in_place(t, in.dO);
+  });
   in.fwd = make_inputs(s, t, seed, q_scale, lo, hi);
-  in.dO = course::random_uniform(s.elements(), seed + 3, lo, hi);
-  in.dOh = course::round_in_place(t, in.dO);
+  dO.get();
   return in;
 }
 

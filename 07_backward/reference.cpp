@@ -229,17 +229,20 @@ BackwardReference::BackwardReference(const Shape& s, course::Dtype dtype, const 
   }
 }
 
+course::Comparison BackwardReference::compare_heads(int which, const float* heads) const {
+  return course::compare(heads, ref_[which].data(), ref_[which].size(), tol_[which], s_.d, &where_, scale_);
+}
+
 course::Comparison BackwardReference::check(int which, const float* grad) const {
   std::vector<float> out(where_.size());
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = grad[where_[i]];
-  return course::compare(out.data(), ref_[which].data(), ref_[which].size(), tol_[which], s_.d, &where_, scale_);
+  return compare_heads(which, out.data());
 }
 
-course::Comparison BackwardReference::check_all(const float* dQ, const float* dK, const float* dV) const {
-  const float* grads[3] = {dQ, dK, dV};
+course::Comparison BackwardReference::combine(const course::Comparison (&each)[3]) const {
   course::Comparison all;
   for (int w = 0; w < 3; ++w) {
-    const course::Comparison c = check(w, grads[w]);
+    const course::Comparison& c = each[w];
     if (w == 0 || c.max_rel_err / c.tolerance > all.max_rel_err / all.tolerance) {
       all.max_rel_err = c.max_rel_err;
       all.tolerance = c.tolerance;
@@ -249,6 +252,14 @@ course::Comparison BackwardReference::check_all(const float* dQ, const float* dK
     if (!c.ok()) all.first_mismatches += std::string("  ") + kGradientNames[w] + ": " + c.summary() + "\n" + c.first_mismatches;
   }
   return all;
+}
+
+course::Comparison BackwardReference::check_all(const float* dQ, const float* dK, const float* dV) const {
+  return combine({check(0, dQ), check(1, dK), check(2, dV)});
+}
+
+course::Comparison BackwardReference::check_all_heads(const float* dQ, const float* dK, const float* dV) const {
+  return combine({compare_heads(0, dQ), compare_heads(1, dK), compare_heads(2, dV)});
 }
 
 }  // namespace attention

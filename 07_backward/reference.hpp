@@ -51,12 +51,17 @@ class BackwardReference {
   course::Comparison check(int which, const float* grad) const;
   // All three: fails if any fails, with the failing gradients' mismatches.
   course::Comparison check_all(const float* dQ, const float* dK, const float* dV) const;
+  // The same from the checked heads' values alone, heads() in order, N·d each: what a GPU run
+  // downloads (a few MB instead of every head).
+  course::Comparison check_all_heads(const float* dQ, const float* dK, const float* dV) const;
 
   double tolerance(int which) const { return tol_[which]; }
   double plain_error(int which) const { return plain_[which]; }  // 0 for fp32
   const std::vector<int>& heads() const { return heads_; }
 
  private:
+  course::Comparison compare_heads(int which, const float* heads) const;
+  course::Comparison combine(const course::Comparison (&each)[3]) const;
   Shape s_;
   std::vector<int> heads_;
   std::vector<double> ref_[3];

@@ -154,6 +154,30 @@ TEST_CASE("the tolerance: twice plain backward's error in the dtype; a wrong val
   }
 }
 
+TEST_CASE("a run checked from its checked heads alone gets the verdict of its whole gradients") {
+  const Shape s{2, 9, 1000, 64, false};  // B·H·N > 16384: heads 0, 9 and 17 only
+  const auto in = make_backward_inputs(s, Dtype::bf16, course::fresh_seed());
+  CAPTURE(in.fwd.seed);
+  const BackwardReference ref(s, Dtype::bf16, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+  REQUIRE(ref.heads() == std::vector<int>{0, 9, 17});
+  const std::size_t head = std::size_t(s.N) * s.d;
+  std::vector<float> g[3], heads[3];
+  for (int w = 0; w < 3; ++w) {
+    g[w] = course::random_uniform(s.elements(), in.fwd.seed + 10 + w, -0.01f, 0.01f);
+    for (int h : ref.heads()) heads[w].insert(heads[w].end(), g[w].begin() + h * head, g[w].begin() + (h + 1) * head);
+  }
+  g[1][9 * head + 5] = NAN;
+  heads[1][head + 5] = NAN;
+  const auto all = ref.check_all(g[0].data(), g[1].data(), g[2].data());
+  const auto some = ref.check_all_heads(heads[0].data(), heads[1].data(), heads[2].data());
+  CHECK_FALSE(all.ok());
+  CHECK(some.checked == all.checked);
+  CHECK(some.checked == 3 * 3 * head);
+  CHECK(some.bad == all.bad);
+  CHECK(some.max_rel_err == all.max_rel_err);
+  CHECK(some.first_mismatches == all.first_mismatches);
+}
+
 TEST_CASE("counted IO equals the model exactly, any N, every dtype, causal or not, atomic or deterministic") {
   for (Dtype t : kAll)
     for (bool causal : {false, true})

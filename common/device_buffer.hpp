@@ -55,6 +55,13 @@ class DeviceBuffer {
     CUDA_CHECK(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost));
     return host;
   }
+  // Elements [first, first + count) only.
+  std::vector<T> download(std::size_t first, std::size_t count) const {
+    if (first > count_ || count > count_ - first) throw std::logic_error("DeviceBuffer::download: range out of bounds");
+    std::vector<T> host(count);
+    CUDA_CHECK(cudaMemcpy(host.data(), data_ + first, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
   // Fills every byte with 0xFF (a NaN for float and double), so an element a kernel forgot to
   // write fails the comparison with the reference.
   void poison() { CUDA_CHECK(cudaMemset(data_, 0xFF, bytes())); }

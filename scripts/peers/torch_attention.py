@@ -4,10 +4,13 @@
     python3 scripts/peers/torch_attention.py --csv results.csv --batch 8 --heads 32 --seq 1024,4096 --d 64 [--causal]
     python3 scripts/peers/torch_attention.py --csv results.csv --stage 06_flash_v2 --dtype fp16,bf16 ...
     python3 scripts/peers/torch_attention.py --csv results.csv --backward --dtype fp16 ...
+    python3 scripts/peers/torch_attention.py --csv results.csv --tokens 16384 --width 2048 --d 64,128 --mask both ...
     python3 scripts/peers/torch_attention.py --csv results.csv --fwd-bwd --batch 64 --heads 16 --seq 1024 --d 64 --dtype fp16
 
-For each N and dtype: Q, K, V of B × H × N × d, uniform in [-1, 2); torch.nn.functional.
-scaled_dot_product_attention with one backend at a time:
+For each d, mask, N and dtype (--d takes several head dimensions, and with --width H = width / d;
+--mask both runs every shape without the mask, then with it; one call starts PyTorch once): Q, K,
+V of B × H × N × d, uniform in [-1, 2); torch.nn.functional.scaled_dot_product_attention with one
+backend at a time:
   fp32        "math" (PyTorch's own matmul, softmax and matmul, with the scores in memory: what a
               reader would write by hand) and "efficient" (the memory-efficient kernel, the only
               fused backend that takes fp32). TF32 is off: plain fp32 on CUDA cores.
@@ -90,9 +93,13 @@ def main():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--tokens", type=int, default=0, help="B*N: when given, B = tokens / N for each N")
     p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--width", type=int, default=0,
+                   help="H*d: when given, H = width / d for each d (FA-2's benchmark keeps it at 2048)")
     p.add_argument("--seq", default="1024,4096")
-    p.add_argument("--d", type=int, default=64)
-    p.add_argument("--causal", action="store_true")
+    p.add_argument("--d", default="64", help="head dimensions, comma-separated")
+    p.add_argument("--causal", action="store_true", help="the causal mask alone (--mask causal)")
+    p.add_argument("--mask", choices=["none", "causal", "both"], default=None,
+                   help="none, causal, or both one after the other (default: none, or causal with --causal)")
     p.add_argument("--dtype", default="fp32", help="comma-separated: fp32, fp16, bf16")
     p.add_argument("--backends", default="", help="comma-separated subset (default: all for the dtype)")
     p.add_argument("--reps", type=int, default=20)
@@ -132,26 +139,33 @@ def main():
                  ("pytorch_efficient", SDPBackend.EFFICIENT_ATTENTION), ("pytorch_math", SDPBackend.MATH)],
     }
     wanted = [b for b in args.backends.split(",") if b]
-    H, d = args.heads, args.d
+    mask = args.mask or ("causal" if args.causal else "none")
+    masks = {"none": [False], "causal": [True], "both": [False, True]}[mask]
     rows = []
-    for N, dtype in [(int(n), t) for n in args.seq.split(",") for t in args.dtype.split(",")]:
+    # One call for a whole grid (d, then the mask, then N and dtype): PyTorch starts once.
+    problems = [(int(d), causal, int(n), t) for d in args.d.split(",") for causal in masks
+                for n in args.seq.split(",") for t in args.dtype.split(",")]
+    for d, causal, N, dtype in problems:
+        if args.width and args.width % d:
+            p.error(f"--width {args.width} is not a multiple of d = {d}")
+        H = args.width // d if args.width else args.heads
         B = args.tokens // N if args.tokens else args.batch
         backends = [b for b in by_dtype["fp32" if dtype == "fp32" else "half"]
                     if not wanted or b[0].replace("pytorch_", "") in wanted]
-        shape = f"B={B} H={H} N={N} d={d} causal={1 if args.causal else 0}"
-        flops = flop_factor * 4.0 * B * H * N * N * d * (0.5 if args.causal else 1.0)
+        shape = f"B={B} H={H} N={N} d={d} causal={1 if causal else 0}"
+        flops = flop_factor * 4.0 * B * H * N * N * d * (0.5 if causal else 1.0)
         g = torch.Generator(device=dev).manual_seed(N)
         q, k, v = (torch.rand(B, H, N, d, device=dev, generator=g).mul_(3.0).sub_(1.0).to(torch_dtypes[dtype])
                    for _ in range(3))
         if mode == "fwd":
             ref = F.scaled_dot_product_attention(q[:1, :1].double(), k[:1, :1].double(), v[:1, :1].double(),
-                                                 is_causal=args.causal)
+                                                 is_causal=causal)
         else:
             # dO drawn after Q, K, V from the same generator, uniform in [-1, 2) like them.
             dO = torch.rand(B, H, N, d, device=dev, generator=g).mul_(3.0).sub_(1.0).to(torch_dtypes[dtype])
             for t in (q, k, v):
                 t.requires_grad_(True)
-            ref = reference_grads(torch, F, q, k, v, dO, args.causal)
+            ref = reference_grads(torch, F, q, k, v, dO, causal)
             torch.cuda.empty_cache()  # the float64 reference's N × N scores are gone before any measurement
         for backend_variant, backend in backends:
             variant = backend_variant + suffix
@@ -163,16 +177,16 @@ def main():
                         torch.cuda.synchronize()
                         torch.cuda.reset_peak_memory_stats()
                         base = torch.cuda.memory_allocated()
-                        o = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+                        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                         torch.cuda.synchronize()
                         peak = torch.cuda.max_memory_allocated() - base + q.element_size() * q.numel() * 3
                         scale = torch.maximum(ref.abs(), ref.pow(2).mean().sqrt())
                         err = ((o[:1, :1].double() - ref).abs() / scale).max().item()
                         del o
-                        ms = timer.median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal),
+                        ms = timer.median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                                              args.reps)
                     else:
-                        ms, peak, err = run_backward(torch, F, timer, q, k, v, dO, ref, args.causal, args.reps,
+                        ms, peak, err = run_backward(torch, F, timer, q, k, v, dO, ref, causal, args.reps,
                                                      with_forward=(mode == "fwdbwd"))
                 row.update(ms=f"{ms:.6g}", tflops=f"{flops / (ms * 1e9):.6g}", peak_mem_bytes=f"{peak:.12g}",
                            max_rel_err=f"{err:.3g}")
