@@ -18,6 +18,8 @@ void launch_flash_v2_fp32(const Shape& s, const float* Q, const float* K, const 
 //   cp_async   (tc3_cp_async.cu)  K/V double-buffered with cp.async
 //   tuned      (tc4_tuned.cu)     FA-2's remaining steps: 32 rows a warp, exp2, masks only where needed,
 //                                 heaviest causal blocks first
+//   lazy_rescale (tc4_tuned.cu)   one step past FA-2, from FlashAttention-4: o rescaled only when a
+//                                 row max grew by more than a factor 2^8
 void launch_tc_mma(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                    void* O, float* L);
 void launch_tc_ldmatrix(const Shape& s, course::Dtype t, const void* Q, const void* K,
@@ -26,5 +28,7 @@ void launch_tc_cp_async(const Shape& s, course::Dtype t, const void* Q, const vo
                         const void* V, void* O, float* L);
 void launch_tc_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                      void* O, float* L);
+void launch_tc_lazy_rescale(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                           void* O, float* L);
 
 }  // namespace attention

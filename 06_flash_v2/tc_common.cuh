@@ -291,6 +291,60 @@ __device__ void online_softmax(float (&S)[MT][NT][4], float (&o)[MT][DT][4], flo
   for (int mt = 0; mt < MT; ++mt) pack_a<T>(S[mt], P[mt]);
 }
 
+// The same step with FlashAttention-4's lazy rescale: a row keeps its old max m unless the new one
+// exceeds it by more than 2^kLazyLog2 in P̃'s scale, and the warp rescales o and l only when one
+// of its rows must (a vote, so that the skip is a branch the whole warp takes). Otherwise P̃ =
+// 2^(S·c − m·c) is computed against a max that is a little stale: P̃ <= 2^kLazyLog2 (256 for 8),
+// which fp16, bf16 and the fp32 sums hold exactly as well as values <= 1; O = o / l and L = scale·m
+// + log l come out the same, since o, l and m stay consistent with each other. What it saves: the
+// D/8·4 multiplications of o's rescale a row pair, in every key block after the first few.
+template <class T, int kLazyLog2, int MT, int NT, int DT>
+__device__ void online_softmax_lazy(float (&S)[MT][NT][4], float (&o)[MT][DT][4], float (&m)[MT][2],
+                                    float (&l)[MT][2], float scale, uint32_t (&P)[MT][NT / 2][4]) {
+  const float c = scale * 1.4426950408889634f;
+  float m_new[MT][2];
+  bool grows = false;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = m[mt][h];
+#pragma unroll
+      for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(S[mt][n][2 * h], S[mt][n][2 * h + 1]));
+      m_new[mt][h] = quad_max(mx);
+      grows |= (m_new[mt][h] - m[mt][h]) * c > float(kLazyLog2);  // false for −∞ − (−∞) = NaN
+    }
+  if (__any_sync(0xffffffffu, grows)) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float shift = m_new[mt][h] == -INFINITY ? 0.0f : m_new[mt][h];
+        const float alpha = ptx::exp2_approx(m[mt][h] * c - shift * c);
+        m[mt][h] = m_new[mt][h];
+        l[mt][h] *= alpha;
+#pragma unroll
+        for (int d = 0; d < DT; ++d) o[mt][d][2 * h] *= alpha, o[mt][d][2 * h + 1] *= alpha;
+      }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float shift_c = (m[mt][h] == -INFINITY ? 0.0f : m[mt][h]) * c;
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          const float p = ptx::exp2_approx(fmaf(S[mt][n][e], c, -shift_c));
+          S[mt][n][e] = p;
+          l[mt][h] += p;
+        }
+    }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) pack_a<T>(S[mt], P[mt]);
+}
+
 // --- the epilogue ----------------------------------------------------------------------------------
 // O = o / l (the deferred normalisation: one division per value, once) and L = scale·m + log l
 // for the warp's 16·MT rows from `row0` of the head. O goes through `stage`, 16·MT rows × D of

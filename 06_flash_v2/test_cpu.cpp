@@ -167,8 +167,9 @@ TEST_CASE("key blocks: all of them, or causal only up to the block's last row") 
 }
 
 TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused with a message") {
-  CHECK(v2_variants().size() == 5);
+  CHECK(v2_variants().size() == 6);
   CHECK(v2_variant("tuned").supports(Dtype::bf16, 128));
+  CHECK(v2_variant("lazy_rescale").supports(Dtype::fp16, 64));
   CHECK_FALSE(v2_variant("tuned").supports(Dtype::fp32, 64));
   CHECK_FALSE(v2_variant("mma").supports(Dtype::fp16, 32));
   CHECK(v2_variant("flash_v2").supports(Dtype::fp32, 32));

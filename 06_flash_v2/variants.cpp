@@ -45,6 +45,7 @@ const std::vector<V2Variant>& v2_variants() {
       {"ldmatrix", half, {64, 128}, rung_tiles, COURSE_LAUNCH(launch_tc_ldmatrix)},
       {"cp_async", half, {64, 128}, rung_tiles, COURSE_LAUNCH(launch_tc_cp_async)},
       {"tuned", half, {64, 128}, tuned_tiles, COURSE_LAUNCH(launch_tc_tuned)},
+      {"lazy_rescale", half, {64, 128}, tuned_tiles, COURSE_LAUNCH(launch_tc_lazy_rescale)},
   };
   return variants;
 }
