@@ -65,8 +65,10 @@ std::string count_key(const BwdVariant& v) {
 std::map<std::string, Counted> count_on_cpu(const Shape& s, Dtype t, const std::vector<const BwdVariant*>& runs,
                                             const BackwardInputs& in, const BackwardReference& ref,
                                             course::Bench& bench, const std::string& problem) {
-  std::map<std::string, std::future<Counted>> jobs;
+  // O and L before the jobs: destroyed after them, so that no thread still reads them (a future's
+  // destructor waits for its thread), even when something throws.
   std::vector<float> O, L;  // the CPU forward (stage 06), once, for FlashAttention's counts
+  std::map<std::string, std::future<Counted>> jobs;
   std::string names;
   for (const BwdVariant* v : runs) {
     const std::string key = count_key(*v);

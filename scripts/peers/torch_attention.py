@@ -92,7 +92,7 @@ def main():
     p.add_argument("--stage", default=None, help="default: 05_flash_v1; 07_backward with --backward or --fwd-bwd")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--tokens", type=int, default=0, help="B*N: when given, B = tokens / N for each N")
-    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--heads", type=int, default=None, help="H (default 32; not with --width)")
     p.add_argument("--width", type=int, default=0,
                    help="H*d: when given, H = width / d for each d (FA-2's benchmark keeps it at 2048)")
     p.add_argument("--seq", default="1024,4096")
@@ -109,6 +109,15 @@ def main():
     mode_group.add_argument("--fwd-bwd", action="store_true",
                             help="time forward + backward (variants pytorch_<backend>_fwdbwd, 3.5x the forward's FLOPs)")
     args = p.parse_args()
+    ds = [int(d) for d in args.d.split(",")]
+    if args.width:
+        if args.heads is not None:
+            p.error("--heads and --width both set H: give one")
+        for d in ds:
+            if args.width % d:
+                p.error(f"--width {args.width} is not a multiple of d = {d}")
+    if args.causal and args.mask not in (None, "causal"):
+        p.error(f"--causal and --mask {args.mask} disagree")
     # What is timed: "fwd" (the forward, as the script always did), "bwd" or "fwdbwd".
     mode = "bwd" if args.backward else "fwdbwd" if args.fwd_bwd else "fwd"
     flop_factor = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}[mode]
@@ -143,12 +152,10 @@ def main():
     masks = {"none": [False], "causal": [True], "both": [False, True]}[mask]
     rows = []
     # One call for a whole grid (d, then the mask, then N and dtype): PyTorch starts once.
-    problems = [(int(d), causal, int(n), t) for d in args.d.split(",") for causal in masks
+    problems = [(d, causal, int(n), t) for d in ds for causal in masks
                 for n in args.seq.split(",") for t in args.dtype.split(",")]
     for d, causal, N, dtype in problems:
-        if args.width and args.width % d:
-            p.error(f"--width {args.width} is not a multiple of d = {d}")
-        H = args.width // d if args.width else args.heads
+        H = args.width // d if args.width else (args.heads or 32)
         B = args.tokens // N if args.tokens else args.batch
         backends = [b for b in by_dtype["fp32" if dtype == "fp32" else "half"]
                     if not wanted or b[0].replace("pytorch_", "") in wanted]
@@ -200,11 +207,12 @@ def main():
                 continue
             torch.cuda.empty_cache()
             rows.append(row)
+        append_csv(args.csv, rows)  # each problem's rows as soon as they exist: a later failure keeps them
+        rows = []
         del q, k, v, ref
         if mode != "fwd":
             del dO
         torch.cuda.empty_cache()
-    append_csv(args.csv, rows)
     return 0
 
 
