@@ -209,11 +209,12 @@ __device__ void pv_ldmatrix(float (&o)[MT][kCols / 8][4], const uint32_t (&P)[MT
 }
 
 // --- the mask and the online softmax -------------------------------------------------------------
-// Scores of keys past N, and (causal) of keys after the row, become −∞. row0: the warp's first
-// row; key0: the block's first key. S[mt][n][e] is row row0 + 16·mt + g (+8 for e >= 2), key
-// key0 + 8·n + 2t + e % 2.
-template <int MT, int NT>
-__device__ void mask_scores(float (&S)[MT][NT][4], int row0, int key0, int N, bool causal) {
+// Scores of keys past N, and (causal) of keys after the query, become −∞. row0: the warp's first
+// row; col0: the block's first column. S[mt][n][e] is row row0 + 16·mt + g (+8 for e >= 2),
+// column col0 + 8·n + 2t + e % 2. Rows are queries and columns keys; with kKeysInRows, the other
+// way round (stage 07's transposed scores Sᵀ).
+template <bool kKeysInRows = false, int MT, int NT>
+__device__ void mask_scores(float (&S)[MT][NT][4], int row0, int col0, int N, bool causal) {
   const int g = lane_id() / 4, t = lane_id() % 4;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -221,8 +222,9 @@ __device__ void mask_scores(float (&S)[MT][NT][4], int row0, int key0, int N, bo
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = row0 + 16 * mt + g + 8 * (e / 2), key = key0 + 8 * n + 2 * t + e % 2;
-        if (key >= N || (causal && key > row)) S[mt][n][e] = -INFINITY;
+        const int row = row0 + 16 * mt + g + 8 * (e / 2), col = col0 + 8 * n + 2 * t + e % 2;
+        const int key = kKeysInRows ? row : col, query = kKeysInRows ? col : row;
+        if (key >= N || (causal && key > query)) S[mt][n][e] = -INFINITY;
       }
 }
 

@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(St, kf, Qs(b));
     else qk_smem_q<T, D, MT, NT>(St, Ks, 16 * MT * warp, Qs(b));
     const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
-    if (mask) mask_scores_t(St, key0 + 16 * MT * warp, row0, p.N, p.causal);
+    if (mask) mask_scores<true>(St, key0 + 16 * MT * warp, row0, p.N, p.causal);  // Sᵀ: keys in rows
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(dPt, vf, dOs(b));
     else qk_smem_q<T, D, MT, NT>(dPt, Vs, 16 * MT * warp, dOs(b));
     softmax_backward_t(St, dPt, Ls(b), Ds(b), c);

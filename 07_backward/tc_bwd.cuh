@@ -20,26 +20,9 @@ __device__ void load_stats_async(float* Ls, float* Ds, const float* L, const flo
   }
 }
 
-// Stage 06's mask_scores with rows and columns swapped: a warp's transposed scores Sᵀ[mt][n][e],
-// of key key0 + 16·mt + g (+8 for e >= 2) and query q0 + 8·n + 2t + e % 2, become −∞ for keys past
-// N and (causal) keys after the query, so that exp gives P = 0 there.
-template <int MT, int NT>
-__device__ void mask_scores_t(float (&St)[MT][NT][4], int key0, int q0, int N, bool causal) {
-  const int g = lane_id() / 4, t = lane_id() % 4;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + 16 * mt + g + 8 * (e / 2), query = q0 + 8 * n + 2 * t + e % 2;
-        if (key >= N || (causal && key > query)) St[mt][n][e] = -INFINITY;
-      }
-}
-
 // In place, St becomes Pᵀ = exp(scale·Sᵀ − L) (the forward's P, recomputed from the logsumexp L)
 // and dPt becomes dSᵀ = Pᵀ ∘ (dPᵀ − D). Ls, Ds: L and D in shared memory from the warp's first
-// query (columns as in mask_scores_t); c = scale·log₂e.
+// query (columns as in mask_scores<true>, stage 06's mask with keys in rows); c = scale·log₂e.
 template <int MT, int NT>
 __device__ void softmax_backward_t(float (&St)[MT][NT][4], float (&dPt)[MT][NT][4], const float* Ls, const float* Ds,
                                    float c) {
