@@ -83,8 +83,9 @@ void Bench::add(Row row) {
 int Bench::finish(const std::string& title, std::vector<std::string> notes) {
   std::cout << title << "\n";
   if (!use_gpu_) {
-    notes.push_back("GPU columns n/a: " +
-                    (options_.no_gpu ? std::string("--no-gpu was given") : gpu().why_not));
+    notes.push_back("GPU columns n/a: " + (options_.no_gpu           ? std::string("--no-gpu was given")
+                                           : !gpu_unsuitable_.empty() ? gpu_unsuitable_
+                                                                      : gpu().why_not));
   } else if (!counters_note_.empty()) {
     notes.push_back("measured IO n/a: " + counters_note_);
   }

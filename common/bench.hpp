@@ -20,6 +20,12 @@ class Bench {
 
   // Whether GPU variants run: a usable GPU and no --no-gpu.
   bool use_gpu() const { return use_gpu_; }
+  // The stage cannot use this GPU (e.g. it needs a Hopper): its rows keep the CPU parts only, and
+  // the table's note says `why`.
+  void disable_gpu(const std::string& why) {
+    use_gpu_ = false;
+    gpu_unsuitable_ = why;
+  }
   // "[stage] problem: what" on stderr, so the user sees progress.
   void progress(const std::string& problem, const std::string& what) const;
 
@@ -47,6 +53,7 @@ class Bench {
   std::string stage_;
   const CommonOptions& options_;
   bool use_gpu_;
+  std::string gpu_unsuitable_;  // disable_gpu's reason
   std::vector<Row> rows_;
   std::string counters_note_;
   std::vector<std::string> extra_lines_;  // --metrics

@@ -1,0 +1,223 @@
+// What the rungs of stage 08 share: the tile sizes, the shared-memory layout the tensor cores read
+// (hopper::swizzle128), the two products as sequences of wgmma's, the tensor maps, and the pieces
+// of stage 06 they reuse unchanged: the mask, the online softmax on the accumulators, the
+// epilogue (tc_common.cuh). Each rung's own file (fa3_1_wgmma.cu ... fa3_5_overlap.cu) is the loop
+// that strings these together; the differences between those files are the lessons.
+//
+// Work split (every rung): a thread block takes Br = 128 query rows of one head; each of its two
+// compute warpgroups owns 64 of them (warp w of a warpgroup: 16 rows, as a warp of stage 06 with
+// MT = 1). Keys come in blocks of Bc = 128. A compute thread holds, as in stage 06:
+//   S[1][Bc/8][4]  its 2 rows × 2·Bc/8 columns of S = Q·Kᵀ (64 floats)
+//   o[1][D/8][4]   its 2 rows of O, unnormalised, fp32 (32 or 64 floats)
+//   P[1][Bc/16][4] P̃ packed to 16 bits as P·V's A operand (32 registers)
+//   m[1][2], l[1][2]  the running max and the lane's share of the row sum
+#pragma once
+
+#include <cuda.h>
+
+#include "../06_flash_v2/tc_common.cuh"
+#include "hopper.cuh"
+
+namespace attention::fa3 {
+
+using tc::Params;
+
+// Block sizes of rungs 1-5 (keep in step with variants.cpp).
+constexpr int kBr = 128, kBc = 128;
+// Named barriers: 1 + c is consumer warpgroup c's own (the epilogue); kSched + c is its turn at the
+// tensor cores (rungs 4 and 5). 0 is __syncthreads'.
+constexpr int kSched = 3;
+
+// The shared memory of a rung: Q (Br × D), then kStages slots of K and V (Bc × D each), every tile
+// in the swizzle128 layout and 1024-byte aligned; then the mbarriers. Offsets in 16-bit values.
+template <int D, int kStages>
+struct Smem {
+  static constexpr int kQ = 0, kKV = kBr * D, kSlot = 2 * kBc * D;
+  static constexpr int kHalves = kKV + kStages * kSlot;
+  static constexpr size_t kBarrierBytes = 8 * (1 + 4 * kStages);  // Q's, then 4 a slot (Pipeline)
+  // + 1024: the dynamic shared memory is aligned to 1024 bytes by hand (align1024).
+  static constexpr size_t kBytes = 2 * size_t(kHalves) + kBarrierBytes + 1024;
+};
+
+// The start of dynamic shared memory rounded up to 1024 bytes: the 128-byte swizzle's atom, which
+// the descriptors (base offset 0) and TMA expect tiles to be aligned to.
+__device__ inline uint16_t* align1024(void* smem) {
+  const uint32_t a = hopper::smem_u32(smem);
+  return reinterpret_cast<uint16_t*>(static_cast<char*>(smem) + ((1024 - (a & 1023)) & 1023));
+}
+
+// Rungs that walk the key blocks from the last to the first (stage 06's tuned): the blocks that need
+// the mask (the causal diagonal, the tail past N) come first. Causal: the heaviest query blocks
+// (the last ones) start first.
+__device__ inline int query_block(bool causal) { return causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; }
+__device__ inline bool needs_mask(int j, int row0, int N, bool causal) {
+  return (j + 1) * kBc > N || (causal && (j + 1) * kBc - 1 > row0);
+}
+
+// Where warp `wi` (0..3) of warpgroup `wg` stages its 16 rows × D of O for stage 06's epilogue
+// (tc::write_output: 16·D contiguous values, its own swizzle): inside the warpgroup's own rows of
+// Q's tile, which only its own wgmma's read. At D = 128, Q's tile is two column blocks of Br rows ×
+// 64; the warpgroup's rows are 64 × 64 values in each, and two warps share each block.
+template <int D>
+__device__ inline uint16_t* staging(uint16_t* Qs, int wg, int wi) {
+  static_assert(D == 64 || D == 128, "D = 64 or 128");
+  if constexpr (D == 64) return Qs + (64 * wg + 16 * wi) * 64;
+  else return Qs + (wi / 2) * kBr * 64 + (64 * wg + 32 * (wi % 2)) * 64;
+}
+
+// --- the producer/consumer pipeline of rungs 3-5 -------------------------------------------------------
+// A ring of kStages slots, each a K tile and a V tile. K and V have barriers of their own, so that a
+// consumer can start S = Q·K_jᵀ before V_j has landed, and give K_j's slot back as soon as S is
+// computed, while V_j is still needed for P̃·V_j (rungs 4 and 5 use V_j a whole step after K_j):
+//   full_k, full_v    the copy engine's bytes of the tile have landed (count 1: the producer's
+//                     arrive.expect_tx, plus the bytes)
+//   empty_k, empty_v  every consumer warp is done with the tile (count: the consumer warps, one
+//                     arrival each)
+// Load number `it` (key block j = blocks − 1 − it) uses slot it % kStages, in that slot's phase
+// (it / kStages) & 1. The producer waits for a slot's previous use to be released; for the first
+// round it asks for the parity of the phase before the barrier's first, which returns at once.
+template <int D, int kStages>
+struct Pipeline {
+  using L = Smem<D, kStages>;
+  uint16_t* smem;  // 1024-byte aligned
+  __device__ uint16_t* Q() const { return smem + L::kQ; }
+  __device__ uint16_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
+  __device__ uint16_t* V(int it) const { return K(it) + kBc * D; }
+  __device__ uint64_t* bar(int k) const { return reinterpret_cast<uint64_t*>(smem + L::kHalves) + k; }
+  __device__ uint64_t* q_full() const { return bar(0); }
+  __device__ uint64_t* k_full(int it) const { return bar(1 + it % kStages); }
+  __device__ uint64_t* v_full(int it) const { return bar(1 + kStages + it % kStages); }
+  __device__ uint64_t* k_empty(int it) const { return bar(1 + 2 * kStages + it % kStages); }
+  __device__ uint64_t* v_empty(int it) const { return bar(1 + 3 * kStages + it % kStages); }
+  __device__ static int phase(int it) { return (it / kStages) & 1; }
+
+  // One thread, before a __syncthreads.
+  __device__ void init(int consumer_warps) const {
+    hopper::mbarrier_init(q_full(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbarrier_init(k_full(s), 1);
+      hopper::mbarrier_init(v_full(s), 1);
+      hopper::mbarrier_init(k_empty(s), consumer_warps);
+      hopper::mbarrier_init(v_empty(s), consumer_warps);
+    }
+    hopper::fence_barrier_init();
+  }
+  // The producer: one thread loads Q once, then K and V of every key block, in the consumers'
+  // order, as fast as slots free up.
+  __device__ void produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapV, int row0,
+                          int h, int blocks) const {
+    hopper::mbarrier_arrive_expect_tx(q_full(), kBr * D * 2);
+#pragma unroll
+    for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(Q() + b * kBr * 64, mapQ, q_full(), 64 * b, row0, h);
+    for (int it = 0; it < blocks; ++it) {
+      const int key0 = (blocks - 1 - it) * kBc;
+      hopper::mbarrier_wait(k_empty(it), phase(it) ^ 1);
+      hopper::mbarrier_arrive_expect_tx(k_full(it), kBc * D * 2);
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(K(it) + b * kBc * 64, mapK, k_full(it), 64 * b, key0, h);
+      hopper::mbarrier_wait(v_empty(it), phase(it) ^ 1);
+      hopper::mbarrier_arrive_expect_tx(v_full(it), kBc * D * 2);
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(V(it) + b * kBc * 64, mapV, v_full(it), 64 * b, key0, h);
+    }
+  }
+  // The consumers' side: wait for a tile; give it back (one arrival a warp, from lane 0, after the
+  // warp's wgmma's that read it have completed).
+  __device__ void wait_q() const { hopper::mbarrier_wait(q_full(), 0); }
+  __device__ void wait_k(int it) const { hopper::mbarrier_wait(k_full(it), phase(it)); }
+  __device__ void wait_v(int it) const { hopper::mbarrier_wait(v_full(it), phase(it)); }
+  __device__ void release_k(int it) const {
+    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(k_empty(it));
+  }
+  __device__ void release_v(int it) const {
+    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(v_empty(it));
+  }
+};
+
+// --- rung 1's loads: cp.async into the swizzle128 layout ------------------------------------------
+// R rows of D 16-bit values from `src` (rows of D) into a tile at `smem`; rows >= `rows` are
+// zero-filled and not read. Consecutive threads take consecutive 16-byte chunks of a row.
+template <int D, int R, int kThreads>
+__device__ void load_tile_cp_async(uint16_t* smem, const uint16_t* src, int rows, int thread) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int f = thread; f < R * kChunks; f += kThreads) {
+    const int r = f / kChunks, c = f % kChunks;
+    ptx::cp_async_16(smem + hopper::swizzle128<R>(r, c), src + size_t(r) * D + 8 * c, r < rows);
+  }
+}
+
+// --- the two products, as the tensor cores take them ------------------------------------------------
+// S = Q·K_jᵀ for the warpgroup `wg`'s 64 rows of Q: D/16 wgmma's of 64 × Bc × 16, each reading a
+// 16-wide k step of Q's rows and of K's rows (both K-major). Issued only: the caller fences
+// before and commits and waits after.
+template <class T, int D>
+__device__ void issue_qk(float (&S)[kBc / 8][4], const uint16_t* Qs, int wg, const uint16_t* Ks) {
+  const uint64_t q = hopper::make_desc(hopper::smem_u32(Qs) + wg * 64 * 128, 0, 1024);
+  const uint64_t k = hopper::make_desc(hopper::smem_u32(Ks), 0, 1024);
+#pragma unroll
+  for (int s = 0; s < D / 16; ++s) {  // column block s / 4, 32 bytes a step inside its 128-byte rows
+    const uint32_t within = (s % 4) * 32;
+    hopper::wgmma_ss<T, kBc>(S, hopper::desc_advance(q, (s / 4) * kBr * 128 + within),
+                             hopper::desc_advance(k, (s / 4) * kBc * 128 + within), s > 0);
+  }
+}
+
+// o += P̃·V_j: Bc/16 wgmma's of 64 × D × 16, P̃'s k step s (16 keys) from registers, V's rows
+// 16s .. 16s + 15 from shared memory (MN-major: the descriptor's LBO steps over V's 64-column
+// blocks, 128 rows × 128 bytes apart; its SBO over groups of 8 keys).
+template <class T, int D>
+__device__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&P)[kBc / 16][4], const uint16_t* Vs) {
+  const uint64_t v = hopper::make_desc(hopper::smem_u32(Vs), kBc * 128, 1024);
+#pragma unroll
+  for (int s = 0; s < kBc / 16; ++s) hopper::wgmma_rs<T, D>(o, P[s], hopper::desc_advance(v, s * 16 * 128), true);
+}
+
+// --- the online softmax in two halves (rung 5) -------------------------------------------------------
+// Stage 06's online_softmax rescales o in the middle. While P·V of the previous block is still
+// running on the tensor cores, o belongs to them: rung 5 splits the step into what needs only S
+// (the new max, P̃ = 2^(S·c − m·c) in place, l) and, after the wait, o's rescale by alpha.
+template <int NT>
+__device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], float scale, float (&alpha)[2]) {
+  const float c = scale * 1.4426950408889634f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // rows g and g + 8
+    float mx = m[h];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(S[n][2 * h], S[n][2 * h + 1]));
+    const float m_new = tc::quad_max(mx);
+    const float shift_c = (m_new == -INFINITY ? 0.0f : m_new) * c;
+    alpha[h] = ptx::exp2_approx(m[h] * c - shift_c);
+    m[h] = m_new;
+    l[h] *= alpha[h];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        S[n][e] = ptx::exp2_approx(fmaf(S[n][e], c, -shift_c));
+        l[h] += S[n][e];
+      }
+  }
+}
+template <int DT>
+__device__ void rescale_o(float (&o)[DT][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int d = 0; d < DT; ++d) o[d][0] *= alpha[0], o[d][1] *= alpha[0], o[d][2] *= alpha[1], o[d][3] *= alpha[1];
+}
+
+}  // namespace attention::fa3
+
+// --- host side -------------------------------------------------------------------------------------------
+namespace attention::fa3 {
+
+// A tensor map over Q, K or V (B·H heads of N rows × d 16-bit values): 3-D, (d, N, heads), the box
+// 64 columns × `box_rows` rows of one head, written with the 128-byte swizzle. Rows past N belong
+// to no head as far as the copy engine is concerned: they are out of bounds and arrive as zeros.
+// Made through the driver's cuTensorMapEncodeTiled, found with cudaGetDriverEntryPointByVersion
+// (no link against libcuda). Throws on failure.
+CUtensorMap make_tensor_map(const void* base, bool bf16, int heads, int N, int d, int box_rows);
+
+// Throws UsageError unless the GPU is a Hopper (sm_90): wgmma and setmaxnreg exist only there.
+void require_hopper(const char* variant);
+
+}  // namespace attention::fa3

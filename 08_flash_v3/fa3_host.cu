@@ -1,0 +1,55 @@
+// The host side of stage 08: the tensor maps the TMA rungs copy through, and the check that the GPU
+// is a Hopper.
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
+#include <string>
+
+#include "check.hpp"
+#include "fa3_common.cuh"
+#include "gpu.hpp"
+
+namespace attention::fa3 {
+
+namespace {
+// The driver's cuTensorMapEncodeTiled, found once through the runtime (CUDA 12.0's version of it).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 f = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || fn == nullptr)
+      throw std::runtime_error("the CUDA driver has no cuTensorMapEncodeTiled (a driver for CUDA 12 or newer is needed)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return f;
+}
+}  // namespace
+
+CUtensorMap make_tensor_map(const void* base, bool bf16, int heads, int N, int d, int box_rows) {
+  CUtensorMap map{};
+  // Innermost first: d values of a row, N rows of a head, the heads. Strides (in bytes) of the
+  // outer two; the innermost is contiguous.
+  const cuuint64_t size[3] = {cuuint64_t(d), cuuint64_t(N), cuuint64_t(heads)};
+  const cuuint64_t stride[2] = {cuuint64_t(d) * 2, cuuint64_t(N) * d * 2};
+  const cuuint32_t box[3] = {64, cuuint32_t(box_rows), 1};  // 64 values = the swizzle's 128-byte row
+  const cuuint32_t step[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+                                    const_cast<void*>(base), size, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // out of bounds: zeros
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for heads = " +
+                             std::to_string(heads) + ", N = " + std::to_string(N) + ", d = " + std::to_string(d));
+  return map;
+}
+
+void require_hopper(const char* variant) {
+  const auto& g = course::gpu();
+  course::require(g.available && g.cc_major == 9 && g.cc_minor == 0,
+                  std::string(variant) + " needs a Hopper GPU (sm_90: H100, H200, GH200) for wgmma and TMA; " +
+                      (g.available ? "this is " + g.name + " (sm_" + std::to_string(g.cc_major) +
+                                         std::to_string(g.cc_minor) + ")"
+                                   : g.why_not));
+}
+
+}  // namespace attention::fa3

@@ -1,0 +1,237 @@
+// The Hopper building blocks of stage 08 (and 09): each wrapper is one PTX instruction, a few
+// lines, with the PTX ISA section it comes from (PTX ISA 9.0). Stage 06's ptx.cuh holds the
+// Ampere-era ones (mma.sync, ldmatrix, cp.async, the swizzle); this header adds what Hopper (sm_90a)
+// brings:
+//   wgmma     asynchronous matrix products issued by a warpgroup (4 warps, 128 threads), operands
+//             read straight from shared memory through a 64-bit "matrix descriptor"
+//   TMA       the tensor memory accelerator: one thread asks the copy engine for a whole tile
+//             (cp.async.bulk.tensor), described once on the host by a "tensor map"
+//   mbarrier  a barrier in shared memory that also counts bytes: the copy engine "arrives" on it as
+//             its bytes land, so a wait on it means "this tile is here"
+//   bar       named barriers: a barrier among a subset of the block's warps (ping-pong)
+//   setmaxnreg  moving registers between warpgroups at run time (producer gives, consumers take)
+//   fence.proxy.async  ordering between ordinary memory accesses and the asynchronous units
+//
+// What CUTLASS's CuTe (or ThunderKittens) would hide here: the descriptor bit fields and their
+// strides, the tensor map, the phase bits of a barrier ring, and the accumulator register lists.
+// They are the lesson of this stage, so they stay visible.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace hopper {
+
+__device__ inline uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// --- wgmma: D (64 × N, fp32) += A (64 × 16) · B (16 × N) --------------------------------------------
+// PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions" (wgmma.mma_async,
+// wgmma.fence, wgmma.commit_group, wgmma.wait_group).
+//
+// The four warps of a warpgroup issue one wgmma together. It returns at once; the tensor cores read
+// A and B from shared memory (B always; A from shared memory, or from registers) and write D in the
+// warpgroup's registers some time later. The rules that come with "asynchronous":
+//   wgmma_fence()    before the first wgmma, and whenever registers it reads (D, or A) were written
+//                    by ordinary instructions since: the tensor cores see those writes.
+//   wgmma_commit()   closes a "group" of the wgmma's issued since the last commit.
+//   wgmma_wait<n>()  waits until at most n groups are still running. Only then may the warpgroup
+//                    read D, write D or A, or overwrite the shared memory they read.
+// Between issue and wait the warps are free: they may do anything that does not touch those
+// registers or that shared memory (the softmax of another block, for example: rung 5).
+//
+// D's layout in registers, per warp w of the warpgroup and lane (g = lane / 4, t = lane % 4): the
+// warp owns rows 16w .. 16w + 15, and d[n][0..3] are, for n = 0 .. N/8 − 1, exactly an mma.sync C
+// tile: rows g and g + 8, columns 8n + 2t and 8n + 2t + 1 (stage 06's ptx.cuh). A from registers
+// has mma.sync's A layout for the warp's 16 rows. So stage 06's softmax code works on wgmma's
+// accumulators unchanged, and P goes from S's accumulators into P·V's A operand as before.
+__device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int n>
+__device__ inline void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory");
+}
+
+// The compiler does not know that a wgmma writes D late: it could move a read of D above the
+// wait. An empty asm that "reads and writes" each register, placed after the wait (and before
+// the issue), pins the order (CUTLASS calls it warpgroup_fence_operand).
+template <int R>
+__device__ inline void fence_registers(float (&r)[R][4]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[i][e])::"memory");
+}
+template <int R>
+__device__ inline void fence_registers(uint32_t (&r)[R][4]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
+}
+
+// The shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits:
+//   bits  0-13  start address >> 4          bits 16-29  leading-dimension byte offset (LBO) >> 4
+//   bits 32-45  stride-dimension byte offset (SBO) >> 4      bits 62-63  swizzle (1: 128-byte)
+// Every tile of this stage uses the 128-byte swizzle: rows of 64 16-bit values (128 bytes), and
+// 8 rows (1024 bytes, aligned to 1024) make one "atom" in which 16-byte chunk c of row r is stored
+// at chunk c ^ r (swizzle128 below; the same XOR as stage 06's swizzle, and what TMA writes).
+//   K-major operand (the 16 values of a k step contiguous: Q, K): SBO = 1024, the step from one
+//     8-row atom to the next; LBO unused. The k step s of a 64-wide row is at start + 32·s bytes.
+//   MN-major operand (V for P·V: its rows are keys, the k of that product): SBO = 1024, the step
+//     from 8 keys to the next 8; LBO = the step from one 64-column block of V to the next.
+__device__ inline uint64_t make_desc(uint32_t smem_address, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t(lbo_bytes >> 4) << 16 |
+         uint64_t(sbo_bytes >> 4) << 32 | uint64_t(1) << 62;
+}
+// The descriptor of the same tile `bytes` further on (the start address is the low field).
+__device__ inline uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+// Where 16-byte chunk c of row r of a tile of R rows × D 16-bit values lives, in 16-bit values from
+// the tile's start: D/64 column blocks of R rows × 64 values, each row 128 bytes, chunks XOR-ed
+// with the row's low three bits. This is what a TMA copy with the 128-byte swizzle writes, one
+// column block per copy, and what the descriptors above describe.
+template <int R>
+__device__ inline int swizzle128(int r, int c) {
+  return (c >> 3) * R * 64 + r * 64 + (((c & 7) ^ (r & 7)) << 3);
+}
+
+// The register lists of the accumulators: N/2 floats a thread for a 64 × N product.
+#define HOPPER_ACC4(d, n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+#define HOPPER_ACC32(d) HOPPER_ACC4(d, 0), HOPPER_ACC4(d, 1), HOPPER_ACC4(d, 2), HOPPER_ACC4(d, 3), \
+    HOPPER_ACC4(d, 4), HOPPER_ACC4(d, 5), HOPPER_ACC4(d, 6), HOPPER_ACC4(d, 7)
+#define HOPPER_ACC64(d) HOPPER_ACC4(d, 0), HOPPER_ACC4(d, 1), HOPPER_ACC4(d, 2), HOPPER_ACC4(d, 3),     \
+    HOPPER_ACC4(d, 4), HOPPER_ACC4(d, 5), HOPPER_ACC4(d, 6), HOPPER_ACC4(d, 7), HOPPER_ACC4(d, 8),      \
+    HOPPER_ACC4(d, 9), HOPPER_ACC4(d, 10), HOPPER_ACC4(d, 11), HOPPER_ACC4(d, 12), HOPPER_ACC4(d, 13), \
+    HOPPER_ACC4(d, 14), HOPPER_ACC4(d, 15)
+#define HOPPER_REGS32                                                                                   \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define HOPPER_REGS64                                                                                   \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
+  "%62, %63}"
+
+// A and B both from shared memory, both K-major (S = Q·Kᵀ: Q's rows and K's rows are d-contiguous).
+//   wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}  d, a-desc, b-desc, scale-d, 1, 1, 0, 0
+// accumulate = false: D = A·B (scale-d 0: the old D is ignored, so it need not be zeroed).
+#define HOPPER_WGMMA_SS(N, AB, REGS, ACC, A, B, S)                                           \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " S ", 0;\n"                             \
+               " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32" AB AB " " REGS ", " A ", " B \
+               ", p, 1, 1, 0, 0;\n}\n"                                                       \
+               : ACC                                                                          \
+               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)))
+template <class T, int N>
+__device__ inline void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma_ss: N = 64 or 128");
+  constexpr bool half = std::is_same_v<T, __half>;
+  if constexpr (N == 64) {
+    if constexpr (half) HOPPER_WGMMA_SS(64, ".f16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34");
+    else HOPPER_WGMMA_SS(64, ".bf16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34");
+  } else {
+    if constexpr (half) HOPPER_WGMMA_SS(128, ".f16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66");
+    else HOPPER_WGMMA_SS(128, ".bf16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66");
+  }
+}
+
+// A from registers (four 32-bit registers of two 16-bit values: mma.sync's A fragment for the
+// warp's 16 rows), B from shared memory MN-major ("transposed": imm-trans-b = 1), for O += P·V
+// with V stored key-major as it is in memory.
+//   wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}  d, {a0..a3}, b-desc, scale-d, 1, 1, 1
+#define HOPPER_WGMMA_RS(N, AB, REGS, ACC, A, B, S)                                           \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " S ", 0;\n"                             \
+               " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32" AB AB " " REGS ", " A ", " B \
+               ", p, 1, 1, 1;\n}\n"                                                          \
+               : ACC                                                                          \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)))
+template <class T, int N>
+__device__ inline void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma_rs: N = 64 or 128");
+  constexpr bool half = std::is_same_v<T, __half>;
+  if constexpr (N == 64) {
+    if constexpr (half) HOPPER_WGMMA_RS(64, ".f16", HOPPER_REGS32, HOPPER_ACC32(d), "{%32, %33, %34, %35}", "%36", "%37");
+    else HOPPER_WGMMA_RS(64, ".bf16", HOPPER_REGS32, HOPPER_ACC32(d), "{%32, %33, %34, %35}", "%36", "%37");
+  } else {
+    if constexpr (half) HOPPER_WGMMA_RS(128, ".f16", HOPPER_REGS64, HOPPER_ACC64(d), "{%64, %65, %66, %67}", "%68", "%69");
+    else HOPPER_WGMMA_RS(128, ".bf16", HOPPER_REGS64, HOPPER_ACC64(d), "{%64, %65, %66, %67}", "%68", "%69");
+  }
+}
+
+// --- mbarrier: a barrier in shared memory that counts arrivals and bytes --------------------------
+// PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier". A barrier has a
+// phase (0, 1, 0, ...). It completes a phase when `count` arrivals have been made and every byte
+// announced by expect_tx has landed; then the next phase begins. A waiter names the parity of the
+// phase it waits for; waiting for the parity of the phase before the current one returns at once.
+__device__ inline void mbarrier_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the copy engine (the async proxy) and the other threads
+// of the block; a __syncthreads() follows. ("fence.mbarrier_init")
+__device__ inline void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// One arrival, and `bytes` more to wait for (the TMA copies that will land on it). ("mbarrier.arrive", .expect_tx)
+__device__ inline void mbarrier_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ inline void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Waits until the phase of parity `parity` has completed ("mbarrier.try_wait.parity": try_wait
+// suspends the thread for a while in hardware before it returns false; the loop retries).
+__device__ inline void mbarrier_wait(uint64_t* bar, int parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n wait:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra wait;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// --- TMA: the copy engine moves a whole tile ---------------------------------------------------------
+// PTX ISA, "Data Movement and Conversion Instructions: cp.async.bulk.tensor". One thread issues
+// it; the tensor map (made on the host: make_tensor_map in stage 08's tma.cu) says where the
+// tensor is, its sizes and strides, the box (tile) to copy and the swizzle to write it with.
+// Coordinates are in elements, innermost first; a box that reaches past the tensor's end is
+// filled with zeros there (and reads nothing there). The bytes land on `bar` (complete_tx).
+__device__ inline void tma_load_3d(void* smem_dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(smem_u32(smem_dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// --- named barriers ------------------------------------------------------------------------------------
+// PTX ISA, "bar.sync / bar.arrive": barrier `id` (1..15; 0 is __syncthreads) completes when
+// `threads` threads (a multiple of 32) have reached it; sync waits for that, arrive does not.
+__device__ inline void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ inline void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// --- setmaxnreg: registers from one warpgroup to another -----------------------------------------------
+// PTX ISA, "setmaxnreg". All warps of a warpgroup execute it together; dec releases registers
+// down to `n` per thread, inc waits until enough are free and takes them up to `n`. The kernel
+// must start with a register cap (__launch_bounds__(threads, 1)).
+template <int n>
+__device__ inline void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(n));
+}
+template <int n>
+__device__ inline void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(n));
+}
+
+// --- fence.proxy.async -------------------------------------------------------------------------------
+// PTX ISA, "membar / fence": ordinary loads and stores (the "generic proxy", cp.async included)
+// and the asynchronous units (wgmma's operand reads, TMA: the "async proxy") do not see each
+// other's shared-memory accesses in order. A thread that wrote shared memory that wgmma or TMA
+// reads next runs this fence before the barrier that publishes the data.
+__device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+}  // namespace hopper

@@ -1,0 +1,150 @@
+// Stage 08 on the GPU (a Hopper; the tests skip on any other GPU): every rung, fp16 and bf16, d = 64
+// and 128, causal or not, N = 1 and N on both sides of a block, against float64 (O and L) with
+// stage 06's rule; large logits; outlier channels; many heads; measured SM<->L2 traffic against
+// the CPU count; bad input.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../03_safe_softmax/test_util.hpp"  // under_sanitizer
+#include "../06_flash_v2/algorithm.hpp"
+#include "../06_flash_v2/device_run.hpp"
+#include "../06_flash_v2/problem.hpp"
+#include "../06_flash_v2/reference.hpp"
+#include "check.hpp"
+#include "counters.hpp"
+#include "kernels.cuh"
+#include "variants.hpp"
+
+using namespace attention;
+using course::Dtype;
+
+namespace {
+
+struct Result {
+  std::vector<float> O, L;
+};
+
+Result run_gpu(const V2Variant& v, const Shape& s, Dtype t, const Inputs& in) {
+  DeviceRun dev(s, t, in);
+  dev.poison();  // an element nobody writes fails the comparison
+  v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get());
+  return {dev.O_values(t), dev.L.download()};
+}
+
+void check_result(const Shape& s, Dtype t, const Inputs& in, const Result& r) {
+  const Reference ref(s, t, in.Q.data(), in.K.data(), in.V.data());
+  const auto O = ref.check_O(r.O.data()), L = ref.check_L(r.L.data());
+  INFO("O: " << O.summary() << "\n" << O.first_mismatches);
+  INFO("L: " << L.summary() << "\n" << L.first_mismatches);
+  CHECK(O.ok());
+  CHECK(L.ok());
+}
+
+// Inputs whose K has a few outlier channels (columns scaled by 20), as real models' keys do.
+Inputs with_outlier_channels(const Shape& s, Dtype t, std::uint64_t seed) {
+  Inputs in = make_inputs(s, t, seed);
+  std::vector<float> K = in.K;
+  for (std::size_t r = 0; r < K.size() / s.d; ++r)
+    for (int c : {3, s.d / 2 + 1, s.d - 2}) K[r * s.d + c] *= 20.0f;
+  in.Kh = course::round_in_place(t, K);
+  in.K = K;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("every rung matches float64 (O and L): fp16 and bf16, d = 64 and 128, causal or not, any N") {
+  const bool sanitizer = softmax::testing::under_sanitizer();
+  const std::vector<int> sizes =
+      sanitizer ? std::vector<int>{1, 77, 200} : std::vector<int>{1, 7, 64, 127, 128, 129, 300, 1000};
+  for (const auto& v : v3_variants())
+    for (Dtype t : v.dtypes)
+      for (int d : v.ds)
+        for (bool causal : {false, true})
+          for (int N : sizes) {
+            const Shape s{2, 3, N, d, causal};
+            const auto in = make_inputs(s, t, course::fresh_seed());
+            CAPTURE(v.name);
+            const std::string dtype = course::name(t);
+            CAPTURE(dtype);
+            CAPTURE(s.text());
+            CAPTURE(in.seed);
+            check_result(s, t, in, run_gpu(v, s, t, in));
+          }
+}
+
+TEST_CASE("large logits (Q times 30), outlier channels in K, and N = 4097 with many heads") {
+  const bool sanitizer = softmax::testing::under_sanitizer();
+  for (const auto& v : v3_variants())
+    for (Dtype t : v.dtypes)
+      for (int d : v.ds) {
+        const Shape big{1, sanitizer ? 2 : 5, sanitizer ? 513 : 4097, d, true};
+        const Shape loud{1, 2, 700, d, false};
+        CAPTURE(v.name);
+        const std::string dtype = course::name(t);
+        CAPTURE(dtype);
+        {
+          const auto in = make_inputs(big, t, course::fresh_seed());
+          CAPTURE(big.text());
+          CAPTURE(in.seed);
+          check_result(big, t, in, run_gpu(v, big, t, in));
+        }
+        {
+          const auto in = make_inputs(loud, t, course::fresh_seed(), 30.0f);
+          CAPTURE(loud.text());
+          CAPTURE(in.seed);
+          check_result(loud, t, in, run_gpu(v, loud, t, in));
+        }
+        {
+          const auto in = with_outlier_channels(loud, t, course::fresh_seed());
+          CAPTURE(loud.text());
+          CAPTURE(in.seed);
+          check_result(loud, t, in, run_gpu(v, loud, t, in));
+        }
+      }
+}
+
+TEST_CASE("bad input: dtypes and head dimensions the rungs do not take, empty shapes") {
+  course::DeviceBuffer<float> b(1024);
+  float* p = b.get();
+  for (const auto& v : v3_variants()) {
+    CAPTURE(v.name);
+    CHECK_THROWS_AS(v.launch(Shape{1, 1, 4, 64, false}, Dtype::fp32, p, p, p, p, p), course::UsageError);
+    CHECK_THROWS_AS(v.launch(Shape{1, 1, 4, 32, false}, Dtype::fp16, p, p, p, p, p), course::UsageError);
+    CHECK_THROWS_AS(v.launch(Shape{1, 1, 0, 64, false}, Dtype::bf16, p, p, p, p, p), course::UsageError);
+  }
+}
+
+TEST_CASE("stage 08 kernels: measured SM<->L2 traffic is the counted traffic (TMA: the boxes it delivers)") {
+  if (softmax::testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
+  for (const auto& v : v3_variants())
+    for (auto [N, d, causal] : std::vector<std::array<int, 3>>{{1024, 64, 0}, {1000, 128, 1}, {517, 64, 1}}) {
+      const Dtype t = v.dtypes.front();
+      const Shape s{2, 2, N, d, causal != 0};
+      const Tiles tiles = v.tiles(d);
+      CAPTURE(v.name);
+      CAPTURE(s.text());
+      const auto in = make_inputs(s, t, course::fresh_seed());
+      std::vector<float> O(s.elements()), L(std::size_t(s.heads()) * N);
+      const auto counted = flash_v2_counted(s, t, tiles, in.Q.data(), in.K.data(), in.V.data(), O.data(), L.data());
+      DeviceRun dev(s, t, in);
+      const auto r = course::measure_traffic([&] { v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get()); });
+      if (!r.traffic) {
+        MESSAGE("counters unavailable: " << r.why_not);
+        return;
+      }
+      // cp.async (rung 1) reads what the CPU count reads; TMA delivers whole boxes (zero-filled past
+      // N), and the crossbar counter counts them. Writes (O and L, plain stores) are the count's.
+      const double reads = loads_with_tma(v.name) ? tma_delivered_read_bytes(s, t, tiles) : double(counted.read_bytes);
+      MESSAGE(v.name << " " << s.text() << ": measured SM<->L2 reads / expected " << r.traffic->l2_read_bytes / reads
+                     << " (/ counted " << r.traffic->l2_read_bytes / double(counted.read_bytes) << "), writes / counted "
+                     << r.traffic->l2_write_bytes / double(counted.write_bytes));
+      const double eps = N % 8 == 0 ? 1e-3 : 1e-2;
+      CHECK(r.traffic->l2_read_bytes == doctest::Approx(reads).epsilon(eps));
+      CHECK(r.traffic->l2_write_bytes == doctest::Approx(double(counted.write_bytes)).epsilon(eps));
+    }
+}

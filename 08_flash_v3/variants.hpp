@@ -1,0 +1,30 @@
+// The rungs of stage 08, in the order of the chapter: name, dtypes, head dimensions, block sizes (for
+// the model and the CPU count) and launcher. They share stage 06's variant type: the same problem,
+// the same layout, the same launch signature.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "../06_flash_v2/variants.hpp"
+
+namespace attention {
+
+// wgmma, tma, warp_specialized, pingpong, overlap (fp16 and bf16, d = 64 or 128). Launchers are
+// empty unless the build has the sm_90a kernels (COURSE_HAS_HOPPER).
+const std::vector<V2Variant>& v3_variants();
+const V2Variant& v3_variant(const std::string& name);  // throws UsageError for an unknown name
+
+// The bytes the copy engine delivers to shared memory for the TMA rungs: whole boxes of Q (Tr·Br
+// rows) and of K and V (every visited key block's Bc rows), the rows past N included. TMA reads
+// only the rows inside the tensor from L2; the rest it fills with zeros. The SMs' crossbar counter
+// (l1tex__m_xbar2l1tex_read_bytes) counts the delivered bytes, L2's own sector count only the rows
+// read (chapter 08). Equal to the model's reads when N is a multiple of the blocks.
+double tma_delivered_read_bytes(const Shape& s, course::Dtype t, Tiles tiles);
+// Whether a rung loads with TMA (all but the first, which loads with cp.async).
+bool loads_with_tma(const std::string& variant);
+
+// Stage 06's last rung, run beside stage 08's on the same inputs: the yardstick of the same run.
+constexpr const char* kStage06Rung = "lazy_rescale";
+
+}  // namespace attention

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Stage 08 on the GPU machine, in one call: build stage 08 (and what it reuses), then the steps named
+# in STEPS (comma-separated, in this order):
+#   sass      the rungs' resource use and a count of the instructions that matter (HGMMA, UTMALDG, ...)
+#   test      the stage's GPU tests
+#   sanitize  compute-sanitizer's four tools on the GPU tests (small shapes)
+#   bench     the ladder grid (fp16 unless DTYPES says otherwise) and the peers in the same call
+#   ncu       Nsight Compute on one launch of each rung (d = 128 and 64, N = 4096, fp16)
+# Logs and CSVs land in $OUT; a short table is printed last.
+# Usage there: OUT=/dir STEPS=test,bench scripts/device/stage08.sh   (Eigen/doctest/CLI11 in .deps/)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+STEPS=",${STEPS:-sass,test,bench},"
+DTYPES=${DTYPES:-fp16}
+SEQ=${SEQ:-1024,4096,16384}
+export COURSE_NO_APT=1 PYTHONUNBUFFERED=1
+has() { [[ "$STEPS" == *",$1,"* ]]; }
+summary=()
+note() { summary+=("$1"); echo "    $1"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
+  | tee "$OUT/gpu.txt"
+echo "=== build ($(date +%T))"
+if cmake --preset default -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
+   cmake --build build -j 16 --target 08_flash_v3 06_flash_v2 >>"$OUT/build.log" 2>&1; then
+  note "build: ok, $(grep -ci 'warning' "$OUT/build.log") warning lines"
+else
+  note "build: FAILED"; tail -n 40 "$OUT/build.log"; exit 1
+fi
+
+if has sass; then
+  echo "=== sass ($(date +%T))"
+  for f in build/08_flash_v3/CMakeFiles/08_flash_v3_lib.dir/fa3_*.cu.o; do
+    cuobjdump -res-usage "$f" >>"$OUT/resource_usage.txt" 2>&1
+    cuobjdump -sass "$f" >>"$OUT/sass.txt" 2>&1
+  done
+  python3 - "$OUT/sass.txt" <<'PY' | tee "$OUT/sass_summary.txt"
+import re, sys, collections
+fn, counts = None, collections.OrderedDict()
+for line in open(sys.argv[1]):
+    m = re.search(r"Function : (\S+)", line)
+    if m:
+        fn = m.group(1); counts[fn] = collections.Counter(); continue
+    m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)
+    if fn and m:
+        op = m.group(1)
+        for key in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "LDGSTS", "BAR", "MUFU.EX2", "STL", "LDL", "WARPGROUP", "USETMAXREG", "LDSM", "STS", "STG"):
+            if op.startswith(key): counts[fn][key] += 1
+for fn, c in counts.items():
+    short = re.sub(r"_ZN9attention3fa3(\d+)", "", fn)[:60]
+    print(f"{short:60s} " + " ".join(f"{k}={v}" for k, v in sorted(c.items())))
+PY
+fi
+
+if has test; then
+  echo "=== tests ($(date +%T))"
+  timeout 400 build/bin/test_08_flash_v3_gpu >"$OUT/test_gpu.log" 2>&1
+  note "test_08_flash_v3_gpu: rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/test_gpu.log" | tr '\n' ' ')"
+  grep -E "measured SM" "$OUT/test_gpu.log" | sed 's/^/    /'
+  grep -B2 -A12 "ERROR" "$OUT/test_gpu.log" | head -n 60
+fi
+
+if has sanitize; then
+  echo "=== compute-sanitizer ($(date +%T))"
+  for tool in memcheck racecheck synccheck initcheck; do
+    log="$OUT/sanitize_$tool.log"
+    COURSE_SANITIZER=1 timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      build/bin/test_08_flash_v3_gpu '-tce=*measured*,*large logits*' >"$log" 2>&1
+    note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1)"
+  done
+fi
+
+if has bench; then
+  echo "=== bench ($(date +%T))"
+  csv="$OUT/bench.csv"
+  for d in 64 128; do
+    for causal in "" "--causal"; do
+      timeout 300 build/bin/08_flash_v3 --tokens 16384 --heads $((2048 / d)) --seq "$SEQ" --d $d $causal \
+        --dtype "$DTYPES" --no-counters --csv "$csv" >>"$OUT/bench.log" 2>&1 || note "bench d=$d $causal: rc=$?"
+    done
+  done
+  timeout 300 python3 scripts/peers/torch_attention.py --csv "$csv" --stage 08_flash_v3 --tokens 16384 \
+    --width 2048 --d 64,128 --mask both --seq "$SEQ" --dtype "$DTYPES" --backends flash,cudnn \
+    >>"$OUT/bench.log" 2>&1 || note "peers: rc=$?"
+  python3 - "$csv" <<'PY' | tee "$OUT/bench_table.txt"
+import csv, sys, collections
+rows = list(csv.DictReader(open(sys.argv[1])))
+cells = collections.OrderedDict()
+for r in rows:
+    if not r["tflops"]: continue
+    s = r["shape"]; key = (r["dtype"], s.split(" Br=")[0].replace("B=", "").split(" H=")[1] if False else s.split(" Br=")[0])
+    cells.setdefault(key, {})[r["variant"]] = float(r["tflops"])
+def short(k):
+    f = dict(x.split("=") for x in k[1].split() if "=" in x)
+    return f"{k[0]} d={f['d']} c={f['causal']} N={f['N']}"
+# peers' shapes are written the same way by torch_attention.py
+order = ["06_lazy_rescale", "wgmma", "tma", "warp_specialized", "pingpong", "overlap", "pytorch_flash", "pytorch_cudnn"]
+print(f"{'cell':28s} " + " ".join(f"{v[:9]:>9s}" for v in order) + "   best/cuDNN")
+for k, v in cells.items():
+    ours = max((v.get(x, 0) for x in order[1:6]), default=0)
+    cud = v.get("pytorch_cudnn")
+    print(f"{short(k):28s} " + " ".join(f"{v.get(x, float('nan')):9.1f}" for x in order) + (f"   {ours / cud:.2f}" if cud else ""))
+PY
+fi
+
+if has traffic; then
+  echo "=== traffic ($(date +%T))"
+  for shape in "--seq 517 --d 64 --causal" "--seq 1000 --d 128 --causal" "--seq 1024 --d 64"; do
+    build/bin/08_flash_v3 --batch 2 --heads 2 $shape --dtype fp16 --variants wgmma,tma,overlap --reps 3 \
+      --metrics lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,lts__t_sectors_op_read.sum \
+      >>"$OUT/traffic.log" 2>&1 || note "traffic $shape: rc=$?"
+  done
+  grep -E "^(wgmma|tma|overlap) |lts__|smsp__" "$OUT/traffic.log" | cut -c1-190
+fi
+
+if has ncu; then
+  echo "=== ncu ($(date +%T))"
+  for d in 128 64; do
+    for v in wgmma tma warp_specialized pingpong overlap; do
+      timeout 120 ncu --clock-control none -k regex:flash_v3 -c 1 --csv --page raw \
+        --metrics gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,smsp__average_warp_latency_issue_stalled_barrier,launch__registers_per_thread \
+        build/bin/08_flash_v3 --batch 4 --heads $((2048 / d)) --seq 4096 --d $d --dtype fp16 --variants $v \
+        --reps 1 --warmup 0 --no-counters >"$OUT/ncu_${v}_$d.csv" 2>"$OUT/ncu_${v}_$d.err"
+      note "ncu $v d=$d: $(tail -n 1 "$OUT/ncu_${v}_$d.csv" | cut -c1-200)"
+    done
+  done
+fi
+
+tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz --exclude bench.csv --exclude bench_table.txt . 2>/dev/null
+find "$OUT" -maxdepth 1 -type f ! -name logs.tgz ! -name bench.csv ! -name bench_table.txt -delete
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
+[ -f "$OUT/bench_table.txt" ] && cat "$OUT/bench_table.txt"
+
+exit 0
