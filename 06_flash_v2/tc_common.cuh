@@ -372,7 +372,8 @@ __device__ void write_output(const float (&o)[MT][D / 8][4], const float (&m)[MT
       for (int d = 0; d < D / 8; ++d)
         *reinterpret_cast<uint32_t*>(stage + ptx::swizzle<D>(r, d) + 2 * t) =
             ptx::pack<T>(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
-      if (t == 0 && row0 + r < p.N) p.L[size_t(blockIdx.y) * p.N + row0 + r] = p.scale * m[mt][h] + logf(l[mt][h]);
+      // head = (index of the head) · N · D, so head / D is where the head's N values of L start.
+      if (t == 0 && row0 + r < p.N) p.L[head / D + row0 + r] = p.scale * m[mt][h] + logf(l[mt][h]);
     }
   __syncwarp();
   constexpr int kChunks = D / 8;

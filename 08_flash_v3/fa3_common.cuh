@@ -30,11 +30,15 @@ constexpr int kSched = 3;
 
 // The shared memory of a rung: Q (Br × D), then kStages slots of K and V (Bc × D each), every tile
 // in the swizzle128 layout and 1024-byte aligned; then the mbarriers. Offsets in 16-bit values.
-template <int D, int kStages>
+template <int D, int kStages, bool kOwnStaging = false>
 struct Smem {
   static constexpr int kQ = 0, kKV = kBr * D, kSlot = 2 * kBc * D;
-  static constexpr int kHalves = kKV + kStages * kSlot;
-  static constexpr size_t kBarrierBytes = 8 * (1 + 4 * kStages);  // Q's, then 4 a slot (Pipeline)
+  // kOwnStaging (rung 6): O is staged in a region of its own, not over Q, so that the next tile's Q
+  // can land while this tile's O is written out.
+  static constexpr int kO = kKV + kStages * kSlot;
+  static constexpr int kHalves = kO + (kOwnStaging ? kBr * D : 0);
+  // Q's two barriers, 4 a slot (Pipeline), then 8 bytes for rung 6's two tile numbers.
+  static constexpr size_t kBarrierBytes = 8 * (3 + 4 * kStages);
   // + 1024: the dynamic shared memory is aligned to 1024 bytes by hand (align1024).
   static constexpr size_t kBytes = 2 * size_t(kHalves) + kBarrierBytes + 1024;
 };
@@ -76,24 +80,29 @@ __device__ inline uint16_t* staging(uint16_t* Qs, int wg, int wi) {
 // Load number `it` (key block j = blocks − 1 − it) uses slot it % kStages, in that slot's phase
 // (it / kStages) & 1. The producer waits for a slot's previous use to be released; for the first
 // round it asks for the parity of the phase before the barrier's first, which returns at once.
-template <int D, int kStages>
+template <int D, int kStages, bool kOwnStaging = false>
 struct Pipeline {
-  using L = Smem<D, kStages>;
+  using L = Smem<D, kStages, kOwnStaging>;
   uint16_t* smem;  // 1024-byte aligned
   __device__ uint16_t* Q() const { return smem + L::kQ; }
   __device__ uint16_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
   __device__ uint16_t* V(int it) const { return K(it) + kBc * D; }
+  __device__ uint16_t* O() const { return smem + L::kO; }  // kOwnStaging only
   __device__ uint64_t* bar(int k) const { return reinterpret_cast<uint64_t*>(smem + L::kHalves) + k; }
   __device__ uint64_t* q_full() const { return bar(0); }
-  __device__ uint64_t* k_full(int it) const { return bar(1 + it % kStages); }
-  __device__ uint64_t* v_full(int it) const { return bar(1 + kStages + it % kStages); }
-  __device__ uint64_t* k_empty(int it) const { return bar(1 + 2 * kStages + it % kStages); }
-  __device__ uint64_t* v_empty(int it) const { return bar(1 + 3 * kStages + it % kStages); }
+  __device__ uint64_t* q_empty() const { return bar(1); }  // the tile's last S is done (rung 6's next Q)
+  __device__ uint64_t* k_full(int it) const { return bar(2 + it % kStages); }
+  __device__ uint64_t* v_full(int it) const { return bar(2 + kStages + it % kStages); }
+  __device__ uint64_t* k_empty(int it) const { return bar(2 + 2 * kStages + it % kStages); }
+  __device__ uint64_t* v_empty(int it) const { return bar(2 + 3 * kStages + it % kStages); }
   __device__ static int phase(int it) { return (it / kStages) & 1; }
+  // Rung 6: the tile the producer loads as its n-th, for the consumers (−1: no more), in slot n % 2.
+  __device__ volatile int* tile_slot(int n) const { return reinterpret_cast<volatile int*>(bar(2 + 4 * kStages)) + (n & 1); }
 
   // One thread, before a __syncthreads.
   __device__ void init(int consumer_warps) const {
     hopper::mbarrier_init(q_full(), 1);
+    hopper::mbarrier_init(q_empty(), consumer_warps);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(k_full(s), 1);
       hopper::mbarrier_init(v_full(s), 1);
@@ -102,15 +111,17 @@ struct Pipeline {
     }
     hopper::fence_barrier_init();
   }
-  // The producer: one thread loads Q once, then K and V of every key block, in the consumers'
-  // order, as fast as slots free up.
-  __device__ void produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapV, int row0,
-                          int h, int blocks) const {
+  // The producer (one thread): Q of query block `row0 / Br` of head h, then K and V of its `blocks`
+  // key blocks in the consumers' order, as fast as slots free up. Loads are numbered on from `it`
+  // (rung 6 runs several tiles through one ring); returns the next load's number. Rung 6 first
+  // waits for Q's slot (wait_q_empty) before it loads another tile's Q.
+  __device__ int produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapV, int row0, int h,
+                         int blocks, int it = 0) const {
     hopper::mbarrier_arrive_expect_tx(q_full(), kBr * D * 2);
 #pragma unroll
     for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(Q() + b * kBr * 64, mapQ, q_full(), 64 * b, row0, h);
-    for (int it = 0; it < blocks; ++it) {
-      const int key0 = (blocks - 1 - it) * kBc;
+    for (int j = blocks - 1; j >= 0; --j, ++it) {
+      const int key0 = j * kBc;
       hopper::mbarrier_wait(k_empty(it), phase(it) ^ 1);
       hopper::mbarrier_arrive_expect_tx(k_full(it), kBc * D * 2);
 #pragma unroll
@@ -120,12 +131,18 @@ struct Pipeline {
 #pragma unroll
       for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(V(it) + b * kBc * 64, mapV, v_full(it), 64 * b, key0, h);
     }
+    return it;
   }
+  // Before the n-th tile's Q: the consumers are done reading the previous one (returns at once for n = 0).
+  __device__ void wait_q_empty(int n) const { hopper::mbarrier_wait(q_empty(), (n & 1) ^ 1); }
   // The consumers' side: wait for a tile; give it back (one arrival a warp, from lane 0, after the
   // warp's wgmma's that read it have completed).
-  __device__ void wait_q() const { hopper::mbarrier_wait(q_full(), 0); }
+  __device__ void wait_q(int tile = 0) const { hopper::mbarrier_wait(q_full(), tile & 1); }
   __device__ void wait_k(int it) const { hopper::mbarrier_wait(k_full(it), phase(it)); }
   __device__ void wait_v(int it) const { hopper::mbarrier_wait(v_full(it), phase(it)); }
+  __device__ void release_q() const {
+    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(q_empty());
+  }
   __device__ void release_k(int it) const {
     if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(k_empty(it));
   }
@@ -205,6 +222,91 @@ __device__ void rescale_o(float (&o)[DT][4], const float (&alpha)[2]) {
   for (int d = 0; d < DT; ++d) o[d][0] *= alpha[0], o[d][1] *= alpha[0], o[d][2] *= alpha[1], o[d][3] *= alpha[1];
 }
 
+// --- rung 6: a cheaper softmax --------------------------------------------------------------------
+// 2^x on the FMA pipe instead of the special-function unit (FlashAttention-4's trick): x = n + f
+// with n = round(x) (adding and subtracting 1.5·2^23 leaves the integer in t's low bits) and
+// f in [−½, ½]; 2^f by a degree-3 polynomial (relative error 7.5e-5, under fp16's rounding of
+// P̃, 2^-11); 2^n by adding n to the exponent bits. x is clamped at −125, so −∞ (a masked score)
+// gives 2^-125 ≈ 2e-38, which P̃'s 16 bits round to 0. Seven FMA-pipe and two ALU instructions
+// where ex2 is one MUFU instruction, but the MUFU unit does 16 a clock per SM and the FMA pipe 128.
+__device__ inline float exp2_poly(float x) {
+  constexpr float kRound = 12582912.0f;  // 1.5·2^23
+  x = fmaxf(x, -125.0f);
+  const float t = __fadd_rn(x, kRound);
+  const float f = __fsub_rn(x, __fsub_rn(t, kRound));
+  const float p = fmaf(fmaf(fmaf(0.05517166f, f, 0.24261112f), f, 0.69326099f), f, 0.99992807f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
+// softmax_scores with three changes, each measured in chapter 08:
+//  - the row max and the row sum in four independent chains joined by a tree, instead of one chain
+//    of dependent instructions (32 fmax's a row at Bc = 128: 8 deep plus 2 instead of 32);
+//  - every kPolyEvery-th 8-column tile's exponentials by exp2_poly (0: none), so that the FMA pipe
+//    takes a share of the special-function unit's work (d = 64, where the exponentials are as
+//    many cycles as the products);
+//  - kLazyLog2 > 0: stage 06's lazy rescale (FlashAttention-4): the max moves only when a row of
+//    the warp grew by more than 2^kLazyLog2; returns false when no row of the warp moved, so that
+//    the caller skips o's rescale (alpha = 1).
+// x[0] = x[0] + x[1] + ... (or the max), as a tree of log₂ NT levels: level W combines x[n] and
+// x[n + W]. A template per level, so that every index is a constant and x stays in registers.
+template <int W, int NT, class F>
+__device__ inline void tree_reduce(float (&x)[NT], F op) {
+#pragma unroll
+  for (int n = 0; n < W; ++n) x[n] = op(x[n], x[n + W]);
+  if constexpr (W > 1) tree_reduce<W / 2>(x, op);
+}
+template <int NT, class F>
+__device__ inline void tree_reduce(float (&x)[NT], F op) {
+  static_assert(NT >= 2 && (NT & (NT - 1)) == 0, "NT a power of two");
+  tree_reduce<NT / 2>(x, op);
+}
+
+template <int kPolyEvery, int kLazyLog2, int NT>
+__device__ bool softmax_scores_tuned(float (&S)[NT][4], float (&m)[2], float (&l)[2], float scale, float (&alpha)[2]) {
+  const float c = scale * 1.4426950408889634f;
+  float m_new[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float v[4] = {S[0][2 * h], S[0][2 * h + 1], S[1][2 * h], S[1][2 * h + 1]};  // 4 chains, then a tree
+#pragma unroll
+    for (int n = 2; n < NT; n += 2)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = fmaxf(v[e], S[n + e / 2][2 * h + e % 2]);
+    tree_reduce(v, [](float a, float b) { return fmaxf(a, b); });
+    m_new[h] = tc::quad_max(fmaxf(m[h], v[0]));
+  }
+  bool moved = true;
+  if constexpr (kLazyLog2 > 0) {
+    const bool grows = (m_new[0] - m[0]) * c > float(kLazyLog2) || (m_new[1] - m[1]) * c > float(kLazyLog2);
+    moved = __any_sync(0xffffffffu, grows);  // false for −∞ − (−∞) = NaN: nothing to move
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (moved) {
+      const float shift = m_new[h] == -INFINITY ? 0.0f : m_new[h];
+      alpha[h] = ptx::exp2_approx(m[h] * c - shift * c);
+      m[h] = m_new[h];
+    } else {
+      alpha[h] = 1.0f;
+    }
+    const float shift_c = (m[h] == -INFINITY ? 0.0f : m[h]) * c;
+    float sum[4] = {};
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        const float x = fmaf(S[n][e], c, -shift_c);
+        bool poly = false;
+        if constexpr (kPolyEvery > 0) poly = n % kPolyEvery == kPolyEvery - 1;
+        S[n][e] = poly ? exp2_poly(x) : ptx::exp2_approx(x);
+        sum[(n % 2) * 2 + e % 2] += S[n][e];
+      }
+    tree_reduce(sum, [](float a, float b) { return a + b; });
+    l[h] = l[h] * alpha[h] + sum[0];
+  }
+  return moved;
+}
+
 }  // namespace attention::fa3
 
 // --- host side -------------------------------------------------------------------------------------------
@@ -216,6 +318,9 @@ namespace attention::fa3 {
 // Made through the driver's cuTensorMapEncodeTiled, found with cudaGetDriverEntryPointByVersion
 // (no link against libcuda). Throws on failure.
 CUtensorMap make_tensor_map(const void* base, bool bf16, int heads, int N, int d, int box_rows);
+
+// Rung 6's tile counter (fa3_6_tuned.cu): one int of device memory, allocated on first use.
+int* tile_counter();
 
 // Throws UsageError unless the GPU is a Hopper (sm_90): wgmma and setmaxnreg exist only there.
 void require_hopper(const char* variant);

@@ -7,6 +7,9 @@
 //   warp_specialized   (fa3_3_warp_specialized.cu)  a producer warpgroup, two consumers, setmaxnreg
 //   pingpong           (fa3_4_pingpong.cu)          named barriers take turns at the tensor cores
 //   overlap            (fa3_5_overlap.cu)           the softmax of block j under the P·V of block j+1
+//   tuned              (fa3_6_tuned.cu)             a persistent grid, tree reductions, 3 stages at d = 64
+// and the ablations of the last (one setting changed each): tuned_not_persistent, tuned_lazy (the lazy
+// rescale), tuned_poly (a quarter of the exp2's on the FMA pipe at d = 64), tuned_2_stages.
 #pragma once
 
 #include "../06_flash_v2/algorithm.hpp"
@@ -24,5 +27,16 @@ void launch_fa3_pingpong(const Shape& s, course::Dtype t, const void* Q, const v
                          float* L);
 void launch_fa3_overlap(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                         float* L);
+
+void launch_fa3_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                      float* L);
+void launch_fa3_tuned_not_persistent(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                                     void* O, float* L);
+void launch_fa3_tuned_lazy(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                           float* L);
+void launch_fa3_tuned_poly(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                           float* L);
+void launch_fa3_tuned_2_stages(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                               void* O, float* L);
 
 }  // namespace attention

@@ -30,9 +30,12 @@ namespace {
 // Stage 06's rung appears in the table and the CSV under this name.
 const std::string kStage06Row = std::string("06_") + kStage06Rung;
 
-std::vector<std::string> variant_names() {
+// Stage 06's rung and the ladder run by default; the ablations only when --variants names them.
+std::vector<std::string> variant_names(bool with_ablations) {
   std::vector<std::string> names = {kStage06Row};
   for (const auto& v : v3_variants()) names.push_back(v.name);
+  if (with_ablations)
+    for (const auto& v : v3_ablations()) names.push_back(v.name);
   return names;
 }
 
@@ -96,7 +99,7 @@ int main(int argc, char** argv) {
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program("08_flash_v3", [&]() -> int {
-    course::finish_common_options(options, variant_names());
+    course::finish_common_options(options, variant_names(true));
     require_supported(base);
     std::vector<Dtype> dtypes;
     for (const auto& name : dtype_names) dtypes.push_back(course::parse_dtype(name));
@@ -117,7 +120,7 @@ int main(int argc, char** argv) {
       require_supported(s);
       for (Dtype t : dtypes) {
         std::vector<std::string> runs;
-        for (const auto& name : variant_names())
+        for (const auto& name : variant_names(!options.variants.empty()))
           if (course::selected(options, name)) runs.push_back(name);
         if (runs.empty()) continue;
 

@@ -40,8 +40,8 @@ TEST_CASE("FA-2 at stage 08's blocks (128 x 128): float64's O and L, and the cou
         }
 }
 
-TEST_CASE("the ladder: five rungs in the chapter's order, fp16 and bf16, d = 64 and 128, 128 x 128 blocks") {
-  const std::vector<std::string> names = {"wgmma", "tma", "warp_specialized", "pingpong", "overlap"};
+TEST_CASE("the ladder: six rungs in the chapter's order, fp16 and bf16, d = 64 and 128, 128 x 128 blocks") {
+  const std::vector<std::string> names = {"wgmma", "tma", "warp_specialized", "pingpong", "overlap", "tuned"};
   REQUIRE(v3_variants().size() == names.size());
   for (std::size_t k = 0; k < names.size(); ++k) {
     const auto& v = v3_variants()[k];
@@ -54,5 +54,6 @@ TEST_CASE("the ladder: five rungs in the chapter's order, fp16 and bf16, d = 64 
     CHECK(v.tiles(128).Bc == 128);
     CHECK(bool(v.launch) == bool(COURSE_HAS_HOPPER));  // launchers exist exactly in an sm_90a build
   }
-  CHECK_THROWS_AS(v3_variant("tuned"), course::UsageError);
+  CHECK(v3_variant("tuned_lazy").name == "tuned_lazy");  // an ablation, found by name
+  CHECK_THROWS_AS(v3_variant("tuned_fast"), course::UsageError);
 }

@@ -23,6 +23,18 @@ const std::vector<V2Variant>& v3_variants() {
       {"warp_specialized", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_warp_specialized)},
       {"pingpong", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_pingpong)},
       {"overlap", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_overlap)},
+      {"tuned", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned)},
+  };
+  return variants;
+}
+
+const std::vector<V2Variant>& v3_ablations() {
+  static const std::vector<course::Dtype> half = {course::Dtype::fp16, course::Dtype::bf16};
+  static const std::vector<V2Variant> variants = {
+      {"tuned_not_persistent", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_not_persistent)},
+      {"tuned_lazy", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_lazy)},
+      {"tuned_poly", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_poly)},
+      {"tuned_2_stages", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_2_stages)},
   };
   return variants;
 }
@@ -35,9 +47,15 @@ double tma_delivered_read_bytes(const Shape& s, course::Dtype t, Tiles tiles) {
 
 bool loads_with_tma(const std::string& variant) { return variant != "wgmma"; }
 
+double tile_counter_bytes(const Shape& s, Tiles tiles, const std::string& variant) {
+  if (variant.rfind("tuned", 0) != 0) return 0.0;
+  return 32.0 * query_blocks(s, tiles) * s.heads();
+}
+
 const V2Variant& v3_variant(const std::string& name) {
-  for (const auto& v : v3_variants())
-    if (v.name == name) return v;
+  for (const auto* list : {&v3_variants(), &v3_ablations()})
+    for (const auto& v : *list)
+      if (v.name == name) return v;
   throw course::UsageError("stage 08 has no variant '" + name + "'");
 }
 

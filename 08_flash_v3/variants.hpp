@@ -10,10 +10,12 @@
 
 namespace attention {
 
-// wgmma, tma, warp_specialized, pingpong, overlap (fp16 and bf16, d = 64 or 128). Launchers are
-// empty unless the build has the sm_90a kernels (COURSE_HAS_HOPPER).
+// wgmma, tma, warp_specialized, pingpong, overlap, tuned (fp16 and bf16, d = 64 or 128). Launchers
+// are empty unless the build has the sm_90a kernels (COURSE_HAS_HOPPER).
 const std::vector<V2Variant>& v3_variants();
-const V2Variant& v3_variant(const std::string& name);  // throws UsageError for an unknown name
+// The last rung with one of its changes undone each (run only when named with --variants).
+const std::vector<V2Variant>& v3_ablations();
+const V2Variant& v3_variant(const std::string& name);  // either list; UsageError for an unknown name
 
 // The bytes the copy engine delivers to shared memory for the TMA rungs: whole boxes of Q (Tr·Br
 // rows) and of K and V (every visited key block's Bc rows), the rows past N included. TMA reads
@@ -23,6 +25,9 @@ const V2Variant& v3_variant(const std::string& name);  // throws UsageError for 
 double tma_delivered_read_bytes(const Shape& s, course::Dtype t, Tiles tiles);
 // Whether a rung loads with TMA (all but the first, which loads with cp.async).
 bool loads_with_tma(const std::string& variant);
+// The traffic of rung 6's tile counter (and its ablations'): one atomicAdd a tile, a 32-byte sector
+// read and written in L2 each (0 for the other rungs).
+double tile_counter_bytes(const Shape& s, Tiles tiles, const std::string& variant);
 
 // Stage 06's last rung, run beside stage 08's on the same inputs: the yardstick of the same run.
 constexpr const char* kStage06Rung = "lazy_rescale";

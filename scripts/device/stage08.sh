@@ -60,48 +60,67 @@ if has test; then
   note "test_08_flash_v3_gpu: rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/test_gpu.log" | tr '\n' ' ')"
   grep -E "measured SM" "$OUT/test_gpu.log" | sed 's/^/    /'
   grep -B2 -A12 "ERROR" "$OUT/test_gpu.log" | head -n 60
+  if [ -n "${TEST06:-}" ]; then  # stage 06's tests too, when a change touched what 08 shares with it
+    timeout 300 build/bin/test_06_flash_v2_gpu >"$OUT/test_06_gpu.log" 2>&1
+    note "test_06_flash_v2_gpu: rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/test_06_gpu.log" | tr '\n' ' ')"
+  fi
 fi
 
 if has sanitize; then
   echo "=== compute-sanitizer ($(date +%T))"
   for tool in memcheck racecheck synccheck initcheck; do
     log="$OUT/sanitize_$tool.log"
-    COURSE_SANITIZER=1 timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      build/bin/test_08_flash_v3_gpu '-tce=*measured*,*large logits*' >"$log" 2>&1
-    note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1)"
+    COURSE_SANITIZER=1 timeout ${SAN_TIMEOUT:-120} compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      build/bin/test_08_flash_v3_gpu '-tce=*measured*' >"$log" 2>&1
+    note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) $(grep -cE '^=+ (Error|Warning|Race)' "$log") reports"
+    grep -E "^=+ (Error|Warning|Race|   )" "$log" | head -n 12
   done
 fi
 
 if has bench; then
   echo "=== bench ($(date +%T))"
   csv="$OUT/bench.csv"
-  for d in 64 128; do
-    for causal in "" "--causal"; do
-      timeout 300 build/bin/08_flash_v3 --tokens 16384 --heads $((2048 / d)) --seq "$SEQ" --d $d $causal \
-        --dtype "$DTYPES" --no-counters --csv "$csv" >>"$OUT/bench.log" 2>&1 || note "bench d=$d $causal: rc=$?"
+  for round in $(seq 1 "${ROUNDS:-1}"); do  # ours, then the peers, again: drift hits both alike
+    for d in 64 128; do
+      for causal in "" "--causal"; do
+        timeout 300 build/bin/08_flash_v3 --tokens 16384 --heads $((2048 / d)) --seq "$SEQ" --d $d $causal \
+          --dtype "$DTYPES" --no-counters --csv "$csv" >>"$OUT/bench.log" 2>&1 || note "bench d=$d $causal: rc=$?"
+      done
     done
+    timeout 300 python3 scripts/peers/torch_attention.py --csv "$csv" --stage 08_flash_v3 --tokens 16384 \
+      --width 2048 --d 64,128 --mask both --seq "$SEQ" --dtype "$DTYPES" --backends flash,cudnn \
+      >>"$OUT/bench.log" 2>&1 || note "peers: rc=$?"
   done
-  timeout 300 python3 scripts/peers/torch_attention.py --csv "$csv" --stage 08_flash_v3 --tokens 16384 \
-    --width 2048 --d 64,128 --mask both --seq "$SEQ" --dtype "$DTYPES" --backends flash,cudnn \
-    >>"$OUT/bench.log" 2>&1 || note "peers: rc=$?"
+  if [ -n "${ABLATION:-}" ]; then  # two rounds, the variants in opposite orders (rows in ablation.csv)
+    for order in overlap,tuned,tuned_not_persistent,tuned_lazy,tuned_poly,tuned_2_stages \
+                 tuned_2_stages,tuned_poly,tuned_lazy,tuned_not_persistent,tuned,overlap; do
+      for d in 64 128; do
+        for causal in "" "--causal"; do
+          timeout 300 build/bin/08_flash_v3 --tokens 16384 --heads $((2048 / d)) --seq "$ABLATION" --d $d $causal \
+            --dtype fp16 --variants $order --no-counters --csv "$OUT/ablation.csv" >>"$OUT/bench.log" 2>&1 \
+            || note "ablation d=$d $causal: rc=$?"
+        done
+      done
+    done
+  fi
   python3 - "$csv" <<'PY' | tee "$OUT/bench_table.txt"
-import csv, sys, collections
+import csv, sys, collections, statistics
 rows = list(csv.DictReader(open(sys.argv[1])))
-cells = collections.OrderedDict()
+cells = collections.OrderedDict()  # (dtype, shape) -> variant -> [TFLOP/s of each round]
 for r in rows:
     if not r["tflops"]: continue
-    s = r["shape"]; key = (r["dtype"], s.split(" Br=")[0].replace("B=", "").split(" H=")[1] if False else s.split(" Br=")[0])
-    cells.setdefault(key, {})[r["variant"]] = float(r["tflops"])
+    cells.setdefault((r["dtype"], r["shape"].split(" Br=")[0]), collections.defaultdict(list))[r["variant"]].append(float(r["tflops"]))
 def short(k):
     f = dict(x.split("=") for x in k[1].split() if "=" in x)
     return f"{k[0]} d={f['d']} c={f['causal']} N={f['N']}"
-# peers' shapes are written the same way by torch_attention.py
-order = ["06_lazy_rescale", "wgmma", "tma", "warp_specialized", "pingpong", "overlap", "pytorch_flash", "pytorch_cudnn"]
-print(f"{'cell':28s} " + " ".join(f"{v[:9]:>9s}" for v in order) + "   best/cuDNN")
+order = ["06_lazy_rescale", "wgmma", "tma", "warp_specialized", "pingpong", "overlap", "tuned", "pytorch_flash", "pytorch_cudnn"]
+print("median TFLOP/s of the rounds; last column: tuned / cuDNN, min-max over rounds (round k against round k)")
+print(f"{'cell':28s} " + " ".join(f"{v[:9]:>9s}" for v in order) + "   tuned/cuDNN")
 for k, v in cells.items():
-    ours = max((v.get(x, 0) for x in order[1:6]), default=0)
-    cud = v.get("pytorch_cudnn")
-    print(f"{short(k):28s} " + " ".join(f"{v.get(x, float('nan')):9.1f}" for x in order) + (f"   {ours / cud:.2f}" if cud else ""))
+    med = {x: statistics.median(v[x]) for x in v}
+    ratios = [a / b for a, b in zip(v.get("tuned", []), v.get("pytorch_cudnn", []))]
+    rr = f"   {min(ratios):.2f}-{max(ratios):.2f}" if ratios else ""
+    print(f"{short(k):28s} " + " ".join(f"{med.get(x, float('nan')):9.1f}" for x in order) + rr)
 PY
 fi
 
@@ -117,19 +136,22 @@ fi
 
 if has ncu; then
   echo "=== ncu ($(date +%T))"
-  for d in 128 64; do
-    for v in wgmma tma warp_specialized pingpong overlap; do
-      timeout 120 ncu --clock-control none -k regex:flash_v3 -c 1 --csv --page raw \
-        --metrics gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,smsp__average_warp_latency_issue_stalled_barrier,launch__registers_per_thread \
-        build/bin/08_flash_v3 --batch 4 --heads $((2048 / d)) --seq 4096 --d $d --dtype fp16 --variants $v \
-        --reps 1 --warmup 0 --no-counters >"$OUT/ncu_${v}_$d.csv" 2>"$OUT/ncu_${v}_$d.err"
-      note "ncu $v d=$d: $(tail -n 1 "$OUT/ncu_${v}_$d.csv" | cut -c1-200)"
-    done
+  for spec in ${NCU_RUNS:-overlap:128 overlap:64 pingpong:64}; do
+    v=${spec%%:*}; d=${spec##*:}
+    timeout 150 ncu --clock-control none -k regex:flash_v3 -c 1 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      --section LaunchStats --section Occupancy \
+      --metrics sm__inst_executed_pipe_xu.sum,sm__inst_executed_pipe_fma.sum,sm__inst_executed_pipe_alu.sum,sm__inst_executed.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_xu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active \
+      build/bin/08_flash_v3 --batch 4 --heads $((2048 / d)) --seq 4096 --d $d --dtype fp16 --variants $v \
+      --reps 1 --warmup 0 --no-counters >"$OUT/ncu_${v}_$d.txt" 2>&1
+    note "ncu $v d=$d: rc=$?"
+    grep -E "Duration|pipe_tensor|pipe_xu|pipe_fma|inst_executed|Issue Slots Busy|No Eligible|Registers Per|Stall|Warp Cycles Per Issued|Executed Ipc A" "$OUT/ncu_${v}_$d.txt" \
+      | sed 's/^ */    /' | cut -c1-150 | head -n 30
   done
 fi
 
-tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz --exclude bench.csv --exclude bench_table.txt . 2>/dev/null
-find "$OUT" -maxdepth 1 -type f ! -name logs.tgz ! -name bench.csv ! -name bench_table.txt -delete
+tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz --exclude bench.csv --exclude ablation.csv --exclude bench_table.txt . 2>/dev/null
+find "$OUT" -maxdepth 1 -type f ! -name logs.tgz ! -name bench.csv ! -name ablation.csv ! -name bench_table.txt -delete
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
 [ -f "$OUT/bench_table.txt" ] && cat "$OUT/bench_table.txt"

@@ -1,0 +1,224 @@
+// Rung 6: tuned. What it takes past the FA-3 paper's three ideas, each switchable so that its own
+// effect is measured (the ablation variants of variants.cpp; chapter 08 has the table).
+//
+// What changed from rung 5 (fa3_5_overlap.cu):
+//  - A persistent grid: one thread block per SM, each looping over tiles (query block i of head h),
+//    taken in the order of rung 5's grid (a head's tiles together, for L2's sake; causal: a head's
+//    heaviest first) from a counter in global memory, so that a block whose tiles were short
+//    takes more (a fixed share of tiles a block left causal grids 3x out of balance: measured
+//    440 TFLOP/s against rung 5's 661 at d = 128, N = 16384). The producer runs into the next tile
+//    while the consumers finish this one: the next tile's Q and first K/V land during this tile's
+//    last products and its epilogue, and no block has to start (or drain) on the SM. What it buys
+//    is largest where tiles are short (N = 1024: 8 key blocks a tile).
+//    To let the next Q land early, O is staged in shared memory of its own (not over Q), and the
+//    consumers give Q back (q_empty) as soon as a tile's last S = Q·Kᵀ is done. The ablation
+//    tuned_not_persistent is the same kernel on a grid of one block a tile.
+//  - Row max and row sum as trees (softmax_scores_tuned, fa3_common.cuh): the softmax is on its
+//    warpgroup's critical path, and a chain of 16 dependent fmax's a row is longer than 4 levels.
+//  - kStages = 3 at d = 64 (112 KB + 16 KB of staging), 2 at d = 128 (160 KB + 32 KB).
+// Tried and measured, off here (chapter 08): the lazy rescale (kLazyLog2 = 8) and a quarter or half
+// of the exponentials on the FMA pipe (kPolyEvery = 4, 2).
+//
+// IO: rung 5's (the same tiles, the same loads). What should move: the time at N = 1024 (the
+// prologue and epilogue of a tile hidden), a little everywhere else.
+#include "check.hpp"
+#include "fa3_common.cuh"
+#include "gpu.hpp"
+#include "kernels.cuh"
+
+namespace attention {
+namespace fa3 {
+
+template <class T, int D, int kStages, int kPolyEvery, int kLazyLog2>
+__global__ void __launch_bounds__(384, 1)
+    flash_v3_tuned(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
+                   const __grid_constant__ CUtensorMap mapV, Params p, int heads, int* next_tile) {
+  constexpr int NT = kBc / 8, DT = D / 8;
+  extern __shared__ uint8_t smem_raw[];
+  const Pipeline<D, kStages, true> pipe{align1024(smem_raw)};
+  const int warp = threadIdx.x / 32, wg = warp / 4;
+  // The tiles: t = h·Tr + x, query block i = x (causal: Tr − 1 − x): rung 5's grid order, a head's
+  // tiles together (for L2) and, causal, a head's heaviest first. Block b starts with tile b and
+  // then takes the next tile not yet taken (*next_tile counts them, from gridDim.x on): a block
+  // whose tiles were short takes more of them, as the hardware does with rung 5's grid.
+  const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
+  auto tile = [&](int t, int& i, int& h) {
+    h = t / Tr;
+    i = p.causal ? Tr - 1 - t % Tr : t % Tr;
+  };
+  if (threadIdx.x == 0) pipe.init(8);
+  __syncthreads();
+
+  if (wg == 0) {  // ---- the producer: rung 5's, tile after tile ----
+    hopper::setmaxnreg_dec<24>();
+    if (threadIdx.x == 0) {
+      int it = 0;
+      for (int n = 0, t = blockIdx.x;; ++n, t = atomicAdd(next_tile, 1) + gridDim.x) {
+        pipe.wait_q_empty(n);
+        *pipe.tile_slot(n) = t < tiles ? t : -1;  // published by the arrive on q_full (release)
+        if (t >= tiles) {
+          hopper::mbarrier_arrive(pipe.q_full());
+          break;
+        }
+        int i, h;
+        tile(t, i, h);
+        it = pipe.produce(&mapQ, &mapK, &mapV, i * kBr, h, key_blocks(p.N, kBr, kBc, p.causal, i), it);
+      }
+    }
+  } else {  // ---- the consumers ----
+    hopper::setmaxnreg_inc<240>();
+    const int cwg = wg - 1, cwarp = warp - 4;
+    auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
+    auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (1 - cwg), 256); };
+    if (cwg == 1) pass_turn();  // warpgroup 0 goes first
+
+    int it = 0;  // loads consumed: the ring's phases
+    for (int n = 0;; ++n) {
+      pipe.wait_q(n);
+      const int t = *pipe.tile_slot(n);
+      if (t < 0) break;
+      int i, h;
+      tile(t, i, h);
+      const int row0 = i * kBr, warp_row0 = row0 + 16 * cwarp;
+      const int blocks = key_blocks(p.N, kBr, kBc, p.causal, i);
+      float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
+      float S[1][NT][4];
+      uint32_t P[1][NT / 2][4];
+      auto mask = [&](int b) {  // the b-th key block visited: j = blocks − 1 − b
+        const int j = blocks - 1 - b;
+        if (needs_mask(j, row0, p.N, p.causal)) tc::mask_scores(S, warp_row0, j * kBc, p.N, p.causal);
+      };
+
+      pipe.wait_q(n);
+      pipe.wait_k(it);
+      wait_turn();
+      hopper::wgmma_fence();
+      issue_qk<T, D>(S[0], pipe.Q(), cwg, pipe.K(it));
+      hopper::wgmma_commit();
+      pass_turn();
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(S[0]);
+      pipe.release_k(it);
+      if (blocks == 1) pipe.release_q();
+      mask(0);
+      float alpha[2];
+      softmax_scores_tuned<kPolyEvery, kLazyLog2>(S[0], m[0], l[0], p.scale, alpha);  // o is 0: no rescale
+      tc::pack_a<T>(S[0], P[0]);
+      for (int b = 1; b < blocks; ++b) {
+        const int k = it + b;  // this block's load; k − 1 the previous one's
+        pipe.wait_k(k);
+        wait_turn();
+        hopper::wgmma_fence();
+        issue_qk<T, D>(S[0], pipe.Q(), cwg, pipe.K(k));
+        hopper::wgmma_commit();
+        pipe.wait_v(k - 1);
+        issue_pv<T, D>(o[0], P[0], pipe.V(k - 1));
+        hopper::wgmma_commit();
+        pass_turn();
+        hopper::wgmma_wait<1>();
+        hopper::fence_registers(S[0]);
+        pipe.release_k(k);
+        if (b == blocks - 1) pipe.release_q();  // the tile's last S: the next Q may land
+        mask(b);
+        const bool moved = softmax_scores_tuned<kPolyEvery, kLazyLog2>(S[0], m[0], l[0], p.scale, alpha);
+        hopper::wgmma_wait<0>();
+        hopper::fence_registers(o[0]);
+        pipe.release_v(k - 1);
+        if (moved) rescale_o(o[0], alpha);
+        tc::pack_a<T>(S[0], P[0]);
+      }
+      const int k = it + blocks - 1;
+      pipe.wait_v(k);
+      wait_turn();
+      hopper::wgmma_fence();
+      issue_pv<T, D>(o[0], P[0], pipe.V(k));
+      hopper::wgmma_commit();
+      pass_turn();
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(o[0]);
+      pipe.release_v(k);
+      it += blocks;
+
+      tc::write_output<T, D, 1>(o, m, l, pipe.O() + 16 * cwarp * D, p, size_t(h) * p.N * D, warp_row0);
+    }
+    if (cwg == 0) wait_turn();  // warpgroup 1's last pass: every arrival on a named barrier is matched
+  }
+}
+
+}  // namespace fa3
+
+namespace {
+
+// The persistent rung's tile counter: one int of device memory for the process (not part of any
+// problem's memory), set to 0 before each launch.
+int* tile_counter_once() {
+  int* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, sizeof(int)));
+  return p;
+}
+
+}  // namespace
+
+namespace fa3 {
+int* tile_counter() {
+  static int* const counter = tile_counter_once();
+  return counter;
+}
+}  // namespace fa3
+
+namespace {
+
+// The tuned rung at compile-time settings; kStagesOr0 = 0: 3 at d = 64, 2 at d = 128.
+template <int kStagesOr0, int kPolyEvery64, int kLazyLog2, bool kPersistent>
+void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                  void* O, float* L) {
+  tc::dispatch(name, s, t, [&](auto config) {
+    using C = decltype(config);
+    fa3::require_hopper(name);
+    constexpr int kStages = kStagesOr0 > 0 ? kStagesOr0 : (C::D == 64 ? 3 : 2);
+    constexpr int kPoly = C::D == 64 ? kPolyEvery64 : 0;
+    constexpr size_t bytes = fa3::Smem<C::D, kStages, true>::kBytes;
+    const bool bf16 = t == course::Dtype::bf16;
+    const auto mapQ = fa3::make_tensor_map(Q, bf16, s.heads(), s.N, C::D, fa3::kBr);
+    const auto mapK = fa3::make_tensor_map(K, bf16, s.heads(), s.N, C::D, fa3::kBc);
+    const auto mapV = fa3::make_tensor_map(V, bf16, s.heads(), s.N, C::D, fa3::kBc);
+    const auto kernel = fa3::flash_v3_tuned<typename C::T, C::D, kStages, kPoly, kLazyLog2>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    const int Tr = (s.N + fa3::kBr - 1) / fa3::kBr;
+    const long long tiles = 1LL * Tr * s.heads();
+    course::require(tiles < (1LL << 31), std::string(name) + ": too many tiles (B·H·⌈N/128⌉ >= 2^31)");
+    const unsigned grid = unsigned(kPersistent ? std::min<long long>(tiles, course::gpu().sm_count) : tiles);
+    int* next_tile = fa3::tile_counter();
+    CUDA_CHECK(cudaMemsetAsync(next_tile, 0, sizeof(int)));
+    kernel<<<grid, 384, bytes>>>(mapQ, mapK, mapV, tc::params(Q, K, V, O, L, s.N, s.causal, C::D), s.heads(),
+                                 next_tile);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+void launch_fa3_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                      float* L) {
+  launch_tuned<0, 0, 0, true>("tuned", s, t, Q, K, V, O, L);
+}
+
+// Ablations of rung 6, each with one setting changed (chapter 08's table).
+void launch_fa3_tuned_not_persistent(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                                     void* O, float* L) {
+  launch_tuned<0, 0, 0, false>("tuned_not_persistent", s, t, Q, K, V, O, L);
+}
+void launch_fa3_tuned_lazy(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                           float* L) {
+  launch_tuned<0, 0, 8, true>("tuned_lazy", s, t, Q, K, V, O, L);
+}
+void launch_fa3_tuned_poly(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                           float* L) {
+  launch_tuned<0, 4, 0, true>("tuned_poly", s, t, Q, K, V, O, L);
+}
+void launch_fa3_tuned_2_stages(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                               void* O, float* L) {
+  launch_tuned<2, 0, 0, true>("tuned_2_stages", s, t, Q, K, V, O, L);
+}
+
+}  // namespace attention
