@@ -94,8 +94,11 @@ int main(int argc, char** argv) {
   return course::run_program("06_flash_v2", [&]() -> int {
     course::finish_common_options(options, variant_names());
     require_supported(base);
-    std::vector<Dtype> dtypes;
-    for (const auto& name : dtype_names) dtypes.push_back(course::parse_dtype(name));
+    std::vector<Dtype> wanted;
+    for (const auto& name : dtype_names) wanted.push_back(course::parse_dtype(name));
+    std::vector<Takes> takes = {{kFlashV1, {Dtype::fp32}, {32, 64, 128}}};
+    for (const Takes& v : takes_of(v2_variants())) takes.push_back(v);
+    const std::vector<Dtype> dtypes = dtypes_to_run(takes, options.variants, wanted, app.count("--dtype") > 0, base.d);
     course::Bench bench("06_flash_v2", options);
     std::vector<std::string> notes;
 

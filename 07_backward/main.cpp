@@ -148,8 +148,10 @@ int main(int argc, char** argv) {
     require_supported(base);
     course::require(dump_dir.empty() || (seq.size() == 1 && dtype_names.size() == 1),
                     "--dump takes one N (--seq) and one dtype (--dtype)");
-    std::vector<Dtype> dtypes;
-    for (const auto& name : dtype_names) dtypes.push_back(course::parse_dtype(name));
+    std::vector<Dtype> wanted;
+    for (const auto& name : dtype_names) wanted.push_back(course::parse_dtype(name));
+    const std::vector<Dtype> dtypes =
+        dtypes_to_run(takes_of(bwd_variants()), options.variants, wanted, app.count("--dtype") > 0, base.d);
     course::Bench bench("07_backward", options);
     std::vector<std::string> notes;
 

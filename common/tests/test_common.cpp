@@ -11,6 +11,7 @@
 #include "dtype.hpp"
 #include "inputs.hpp"
 #include "io_count.hpp"
+#include "options.hpp"
 #include "report.hpp"
 
 using namespace course;
@@ -172,6 +173,24 @@ TEST_CASE("report: append_csv writes the header once and refuses a file with ano
   }
   CHECK_THROWS_AS(append_csv(path, {row}), UsageError);
   std::remove(path.c_str());
+}
+
+TEST_CASE("--seed: a whole number from 0 to 2^64 - 1; a negative one is refused (exit 2), not wrapped") {
+  auto parse = [](std::vector<std::string> args) {
+    CLI::App app{"t"};
+    CommonOptions options;
+    add_common_options(app, options);
+    std::vector<char*> argv = {const_cast<char*>("t")};
+    for (auto& a : args) argv.push_back(a.data());
+    const int code = parse_options(app, int(argv.size()), argv.data());
+    return std::make_pair(code, options.seed);
+  };
+  CHECK(parse({"--seed", "0"}) == std::make_pair(-1, std::uint64_t(0)));
+  CHECK(parse({"--seed", "18446744073709551615"}) == std::make_pair(-1, UINT64_MAX));
+  for (const char* bad : {"-1", "18446744073709551616", "1e3", "x", "+5", ""}) {
+    CAPTURE(bad);
+    CHECK(parse({"--seed", bad}).first == 2);
+  }
 }
 
 TEST_CASE("run_program maps failures to exit codes") {
