@@ -23,6 +23,14 @@ const GpuInfo& gpu();
 // The value of the CSV `device` column: the GPU's name, or "cpu".
 std::string device_label();
 
+#if COURSE_HAS_CUDA
+// GpuInfo::why_not when cudaGetDeviceCount fails or finds no device: `status` is its cudaError_t,
+// the versions are those of cudaDriverGetVersion (0: no driver) and cudaRuntimeGetVersion. No GPU
+// or no driver: "no NVIDIA GPU or driver found"; a driver older than the runtime: says so, with
+// both versions.
+std::string why_no_gpu(int status, int device_count, int driver_version, int runtime_version);
+#endif
+
 }  // namespace course
 
 namespace course {

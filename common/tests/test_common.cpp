@@ -6,9 +6,14 @@
 #include <fstream>
 #include <numeric>
 
+#if COURSE_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "check.hpp"
 #include "compare.hpp"
 #include "dtype.hpp"
+#include "gpu.hpp"
 #include "inputs.hpp"
 #include "io_count.hpp"
 #include "options.hpp"
@@ -230,4 +235,22 @@ TEST_CASE("dtype: fp16 and bf16 round to nearest even, with overflow, subnormals
   CHECK(round_to(Dtype::fp32, 0.1f) == 0.1f);
   CHECK(std::string(name(parse_dtype("bf16"))) == "bf16");
   CHECK(bytes_of(Dtype::fp16) == 2);
+}
+
+TEST_CASE("without a GPU, the reason is said plainly: no driver is not an old driver") {
+  if (!gpu().available) {
+    INFO(gpu().why_not);
+    CHECK(!gpu().why_not.empty());
+    CHECK(gpu().why_not.find("cudaError") == std::string::npos);  // the runtime's names are for bugs
+  }
+#if COURSE_HAS_CUDA
+  const int insufficient_driver = cudaErrorInsufficientDriver, no_device = cudaErrorNoDevice, success = cudaSuccess;
+  CHECK(why_no_gpu(insufficient_driver, 0, 0, 13000) == "no NVIDIA GPU or driver found");
+  CHECK(why_no_gpu(no_device, 0, 12080, 13000) == "no NVIDIA GPU or driver found");
+  CHECK(why_no_gpu(success, 0, 12080, 13000) == "no NVIDIA GPU or driver found");
+  const std::string old_driver = why_no_gpu(insufficient_driver, 0, 12020, 13000);
+  CHECK(old_driver.find("12.2") != std::string::npos);
+  CHECK(old_driver.find("13.0") != std::string::npos);
+  CHECK(old_driver.find("update the driver") != std::string::npos);
+#endif
 }
