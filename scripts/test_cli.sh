@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CTest: bad input ends with a message and exit 2 (README: "Bad input ..."), in the stage programs
-# (more cases join as they are fixed).
+# and in ./course run --stages, before any work.
 #   test_cli.sh BIN_DIR
 set -uo pipefail
 bin=$1
@@ -32,6 +32,10 @@ expect 2 "not 70000 × 70000 = 4900000000" "$bin/05_flash_v1" --batch 70000 --he
 if "$bin/05_flash_v1" --batch 70000 --heads 70000 2>&1 | grep -q '\.000000'; then
   echo "FAIL: B·H printed as a float"; failed=1
 fi
+expect 2 "The stages are:" "$root/course" run --stages 99
+expect 2 "05_flash_v1" "$root/course" run --stages 5,nope
+expect 2 "--stages needs a value" "$root/course" run --stages
+expect 2 "unknown option" "$root/course" run --bogus
 
 if [ "$failed" -ne 0 ]; then
   echo "bad input: some cases failed"
