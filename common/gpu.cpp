@@ -92,6 +92,17 @@ double host_available_bytes() {
 }
 }  // namespace
 
+#if COURSE_HAS_CUDA
+void require_shared_memory(std::size_t bytes, const std::string& what) {
+  int device = 0, limit = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  require(bytes <= std::size_t(limit), what + " needs " + std::to_string(bytes) +
+                                           " bytes of shared memory a block; this GPU offers " +
+                                           std::to_string(limit) + " (README: Hardware and requirements)");
+}
+#endif
+
 void require_fits(double host_bytes, double device_bytes, const std::string& what) {
   const double host = host_available_bytes();
   if (host > 0.0 && host_bytes > 0.9 * host) {

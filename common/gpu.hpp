@@ -34,6 +34,14 @@ std::string why_no_gpu(int status, int device_count, int driver_version, int run
 }  // namespace course
 
 namespace course {
+#if COURSE_HAS_CUDA
+// Throws UsageError unless one block of `what` may have `bytes` of shared memory on the current GPU
+// (its opt-in limit: 227 KB on an H100, 163 KB on an A100, 99 KB on most consumer GPUs), naming
+// both numbers. Call before cudaFuncSetAttribute(..., MaxDynamicSharedMemorySize, bytes), whose
+// own error ("invalid argument") would not say what is missing.
+void require_shared_memory(std::size_t bytes, const std::string& what);
+#endif
+
 // Throws ResourceError, with the sizes, unless `host_bytes` fit in the host's available memory and
 // `device_bytes` (when a GPU is used) in the GPU's free memory. Call before allocating a problem.
 void require_fits(double host_bytes, double device_bytes, const std::string& what);
