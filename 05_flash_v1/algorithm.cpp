@@ -34,8 +34,9 @@ void require_supported(const Shape& s) {
                   "attention needs B, H and N of at least 1 (" + s.text() + ")");
   course::require(supported_d(s.d), "head dimension d = " + std::to_string(s.d) +
                                         " is not supported: d must be 32, 64 or 128");
-  course::require(double(s.heads()) <= 65535, "at most 65535 heads (B·H), not " +
-                                                  std::to_string(double(s.heads())));
+  const long long heads = static_cast<long long>(s.B) * s.H;  // B·H, which may overflow an int
+  course::require(heads <= 65535, "at most 65535 heads (B·H), not " + std::to_string(s.B) + " × " + std::to_string(s.H) + " = " +
+                                         std::to_string(heads));
 }
 
 // --- standard attention ------------------------------------------------------------------------

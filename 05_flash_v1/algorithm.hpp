@@ -20,7 +20,7 @@ struct Shape {
   bool causal = false;
   int heads() const { return B * H; }
   std::size_t elements() const { return std::size_t(heads()) * N * d; }  // of Q (or K, V, O)
-  double flops() const;  // 4·B·H·N²·d, halved when causal (DESIGN.md)
+  double flops() const;  // 4·B·H·N²·d, halved when causal (docs/DESIGN.md)
   std::string text() const;  // "B=4 H=32 N=4096 d=64 causal=0"
 };
 // Rejects what no variant handles: empty shapes, d other than 32, 64 or 128.

@@ -29,6 +29,7 @@
 #include <cmath>
 
 #include "check.hpp"
+#include "gpu.hpp"
 #include "kernels.cuh"
 #include "ptx.cuh"
 
@@ -197,6 +198,7 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1) flash_v2_fp32(const floa
 template <int D>
 void launch(const Shape& s, const float* Q, const float* K, const float* V, float* O, float* L) {
   using F = Fp32<D>;
+  course::require_shared_memory(F::kBytes, "flash_v2 (fp32) at d = " + std::to_string(D));
   CUDA_CHECK(cudaFuncSetAttribute(flash_v2_fp32<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(F::kBytes)));
   const dim3 grid((s.N + F::Br - 1) / F::Br, s.heads());
   flash_v2_fp32<D><<<grid, F::kThreads, F::kBytes>>>(Q, K, V, O, L, s.N, s.causal, 1.0f / std::sqrt(float(D)));

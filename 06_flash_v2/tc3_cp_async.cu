@@ -11,6 +11,7 @@
 // Compute's smsp__pcsamp / warp-state "Stall Long Scoreboard" share falls, "Stall Barrier" too),
 // and with it the time, most at small B·H·N where few blocks share an SM to hide each other's waits.
 #include "check.hpp"
+#include "gpu.hpp"
 #include "kernels.cuh"
 #include "tc_common.cuh"
 
@@ -75,6 +76,7 @@ void launch_tc_cp_async(const Shape& s, course::Dtype t, const void* Q, const vo
     using C = decltype(config);
     constexpr size_t bytes = tc::CpAsyncSmem<C::D>::kBytes;
     const auto kernel = tc::flash_v2_cp_async<typename C::T, C::D>;
+    course::require_shared_memory(bytes, "cp_async at d = " + std::to_string(C::D));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     const dim3 grid((s.N + 63) / 64, s.heads());
     kernel<<<grid, 128, bytes>>>(tc::params(Q, K, V, O, L, s.N, s.causal, C::D));

@@ -23,6 +23,7 @@
 // {128, 64}. What should move: tensor-pipe utilisation (sm__pipe_tensor_op_hmma_cycles_active)
 // up, shared-memory wavefronts per mma down by half, issue slots per score down.
 #include "check.hpp"
+#include "gpu.hpp"
 #include "kernels.cuh"
 #include "tc_common.cuh"
 
@@ -114,6 +115,7 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
     using C = decltype(config);
     constexpr size_t bytes = tc::Tuned<C::D>::kBytes;
     const auto kernel = tc::flash_v2_tuned<typename C::T, C::D, kLazyLog2>;
+    course::require_shared_memory(bytes, std::string(name) + " at d = " + std::to_string(C::D));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     const dim3 grid((s.N + 127) / 128, s.heads());
     kernel<<<grid, 128, bytes>>>(tc::params(Q, K, V, O, L, s.N, s.causal, C::D));

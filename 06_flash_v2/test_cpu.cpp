@@ -182,3 +182,27 @@ TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused wi
   CHECK_THROWS_AS(flash_v2_counted(s, Dtype::fp16, Tiles{0, 64}, x.data(), x.data(), x.data(), x.data(), L.data()),
                   course::UsageError);
 }
+
+TEST_CASE("the dtypes that run with d: what the user asked for must run, or the options are refused") {
+  std::vector<Takes> takes = {{"flash_v1", {Dtype::fp32}, {32, 64, 128}}};
+  for (const Takes& v : takes_of(v2_variants())) takes.push_back(v);
+  const std::vector<Dtype> all = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
+  // The default dtypes: those that run at d.
+  CHECK(dtypes_to_run(takes, {}, all, false, 64) == all);
+  CHECK(dtypes_to_run(takes, {}, all, false, 32) == std::vector<Dtype>{Dtype::fp32});
+  CHECK(dtypes_to_run(takes, {"tuned"}, all, false, 64) == std::vector<Dtype>{Dtype::fp16, Dtype::bf16});
+  // --dtype fp16 --d 32: nothing runs it; the message says what runs.
+  try {
+    dtypes_to_run(takes, {}, {Dtype::fp16}, true, 32);
+    FAIL("no error");
+  } catch (const course::UsageError& e) {
+    const std::string text = e.what();
+    CHECK(text.find("--dtype fp16 with --d 32") != std::string::npos);
+    CHECK(text.find("fp16 with d = 64 or 128") != std::string::npos);
+    CHECK(text.find("fp32 with d = 32, 64 or 128") != std::string::npos);
+  }
+  CHECK_THROWS_AS(dtypes_to_run(takes, {}, {Dtype::fp32, Dtype::fp16}, true, 32), course::UsageError);
+  // A variant named with --variants that runs none of the dtypes; a selection that runs nothing.
+  CHECK_THROWS_AS(dtypes_to_run(takes, {"flash_v2", "tuned"}, {Dtype::fp32}, true, 64), course::UsageError);
+  CHECK_THROWS_AS(dtypes_to_run(takes, {"tuned"}, all, false, 32), course::UsageError);
+}

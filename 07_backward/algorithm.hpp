@@ -105,7 +105,7 @@ double standard_backward_device_bytes(const Shape& s, course::Dtype dtype);
 // query-outer dQ pass.
 constexpr Tiles kFp32Tiles{64, 64}, kTcTiles{64, 64}, kTunedTiles{64, 128}, kWideTiles{32, 128}, kDqTiles{64, 64};
 
-// Backward FLOPs: five products the size of the forward's two: 2.5 × 4·B·H·N²·d (DESIGN.md),
+// Backward FLOPs: five products the size of the forward's two: 2.5 × 4·B·H·N²·d (docs/DESIGN.md),
 // halved when causal.
 inline double backward_flops(const Shape& s) { return 2.5 * s.flops(); }
 

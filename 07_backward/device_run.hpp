@@ -7,6 +7,7 @@
 #if COURSE_HAS_CUDA
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "../05_flash_v1/kernels.cuh"  // standard_workspace_floats
@@ -58,7 +59,8 @@ struct BackwardDeviceRun {
   // attention: O and P, by its own forward.
   void forward(const Shape& s) {
     if (standard) return launch_standard_forward(s, t, args(), fp32() ? static_cast<void*>(Of.get()) : Oh.get());
-    const V2Variant& v = v2_variant(fp32() ? "flash_v2" : "tuned");
+    const std::string name = fp32() ? "flash_v2" : "tuned";  // named: no reference to a temporary
+    const V2Variant& v = v2_variant(name);
     v.launch(s, t, args().Q, args().K, args().V, fp32() ? static_cast<void*>(Of.get()) : Oh.get(), L.get());
   }
   BackwardArgs args() {

@@ -27,6 +27,7 @@
 
 #include "../06_flash_v2/ptx.cuh"
 #include "check.hpp"
+#include "gpu.hpp"
 #include "kernels.cuh"
 
 namespace attention {
@@ -217,6 +218,7 @@ template <int D>
 void launch(const Shape& s, const BackwardArgs& a) {
   using F = Fp32Bwd<D>;
   const auto kernel = flash_backward_fp32<D>;
+  course::require_shared_memory(F::kBytes, "flash_bwd (fp32) at d = " + std::to_string(D));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(F::kBytes)));
   const dim3 grid((s.N + F::Bc - 1) / F::Bc, s.heads());
   kernel<<<grid, F::kThreads, F::kBytes>>>(

@@ -43,6 +43,7 @@
 // At d = 128 the next rung, split, divides the block's work differently (FA-2's warp grid, P and dS
 // through shared memory): tc_split.cu.
 #include "check.hpp"
+#include "gpu.hpp"
 #include "kernels.cuh"
 #include "tc_bwd.cuh"
 
@@ -326,6 +327,7 @@ void launch_key_outer(const char* what, const Shape& s, course::Dtype t, const B
       throw course::UsageError(std::string(what) + " runs d = 64 only");
     } else {
     using F = bwd::KeyOuter<C::D, kWarps, MT>;
+    course::require_shared_memory(F::kBytes, std::string(what) + " at d = " + std::to_string(C::D));
     auto run = [&](auto kernel) {
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(F::kBytes)));
       const dim3 grid((s.N + F::Bc - 1) / F::Bc, s.heads());
@@ -358,6 +360,7 @@ void launch_flash_backward_dq(const Shape& s, course::Dtype t, const BackwardArg
     using C = decltype(config);
     using F = bwd::QueryOuter<C::D>;
     const auto kernel = bwd::flash_backward_dq<typename C::T, C::D>;
+    course::require_shared_memory(F::kBytes, "flash backward dQ (tensor cores) at d = " + std::to_string(C::D));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(F::kBytes)));
     const dim3 grid((s.N + F::Br - 1) / F::Br, s.heads());
     kernel<<<grid, F::kThreads, F::kBytes>>>(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D),

@@ -20,6 +20,7 @@
 // Registers are as in `tuned`: dK_w, dV_w (32 keys × 64 columns each) are 128 floats a lane, Sᵀ
 // and dPᵀ 64. IO between the SMs and L2: that of `tuned` (the same tiles, Br = 64, Bc = 128).
 #include "check.hpp"
+#include "gpu.hpp"
 #include "kernels.cuh"
 #include "tc_bwd.cuh"
 
@@ -250,12 +251,7 @@ void launch_flash_backward_split(const Shape& s, course::Dtype t, const Backward
       throw course::UsageError(std::string(what) + " runs d = 128 only");
     } else {
       constexpr size_t kBytes = bwd::Split::bytes<C::D>();
-      int device = 0, limit = 0;  // 227 KB on an H100; an A100 offers 163 KB
-      CUDA_CHECK(cudaGetDevice(&device));
-      CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-      course::require(kBytes <= size_t(limit), std::string(what) + " needs " + std::to_string(kBytes) +
-                                                   " bytes of shared memory a block; this GPU offers " +
-                                                   std::to_string(limit));
+      course::require_shared_memory(kBytes, what);  // 227 KB on an H100; an A100 offers 163 KB
       auto run = [&](auto kernel) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes)));
         const dim3 grid((s.N + bwd::Split::Bc - 1) / bwd::Split::Bc, s.heads());

@@ -102,9 +102,9 @@ TEST_CASE("standard attention's backward matches float64, every dtype and d it t
 }
 
 TEST_CASE("the deterministic variants give the same bits twice") {
-  for (const char* name : {"tc_deterministic", "tuned_deterministic", "wide_deterministic", "split_deterministic"}) {
+  for (const std::string name : {"tc_deterministic", "tuned_deterministic", "wide_deterministic", "split_deterministic"}) {
     CAPTURE(name);
-    const auto& v = bwd_variant(name);
+    const auto& v = bwd_variant(name);  // name is a std::string: no reference to a temporary
     const Shape s{2, 4, 1000, v.supports(Dtype::bf16, 64) ? 64 : 128, true};
     const auto in = make_backward_inputs(s, Dtype::bf16, course::fresh_seed());
     const auto a = run_gpu(v, s, Dtype::bf16, in), b = run_gpu(v, s, Dtype::bf16, in);

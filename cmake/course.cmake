@@ -1,4 +1,4 @@
-# Helpers that give every stage the same shape (see ../shared/DESIGN.md and README.md).
+# Helpers that give every stage the same shape (see docs/DESIGN.md and README.md).
 
 # Compiler warnings for our own code; a warning is a defect here.
 function(course_warnings target)
@@ -92,5 +92,8 @@ function(course_gpu_test test)
   else()
     add_test(NAME ${test} COMMAND sh -c "echo 'SKIP: built without CUDA (no CUDA compiler at configure time)'; exit 77")
   endif()
-  set_tests_properties(${test} PROPERTIES LABELS "${T_LABELS};gpu" SKIP_RETURN_CODE 77 TIMEOUT 900)
+  # RESOURCE_LOCK: ctest -j runs the GPU tests one at a time, since two processes cannot read the
+  # hardware counters at once (CUPTI_ERROR_HARDWARE_BUSY) and timings would disturb each other.
+  set_tests_properties(${test} PROPERTIES LABELS "${T_LABELS};gpu" SKIP_RETURN_CODE 77 TIMEOUT 900
+                                          RESOURCE_LOCK gpu)
 endfunction()

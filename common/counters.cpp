@@ -23,10 +23,14 @@ namespace course {
 
 namespace {
 std::string g_disabled_reason;
+bool g_disabled_excused = false;  // the reason is the machine's (see CounterResult::excused)
 std::vector<std::string> g_extra_metrics;
 }  // namespace
 
-void disable_counters(const std::string& why) { g_disabled_reason = why; }
+void disable_counters(const std::string& why) {
+  g_disabled_reason = why;
+  g_disabled_excused = true;  // the user's choice
+}
 void set_extra_metrics(const std::vector<std::string>& names) { g_extra_metrics = names; }
 
 #if !COURSE_HAS_CUPTI
@@ -35,8 +39,10 @@ CounterResult measure_traffic(const std::function<void()>&) {
   CounterResult result;
   if (!g_disabled_reason.empty()) {
     result.why_not = g_disabled_reason;
+    result.excused = g_disabled_excused;
   } else if (!gpu().available) {
     result.why_not = gpu().why_not;
+    result.excused = true;
   } else {
     result.why_not = "built without CUPTI (not found in the CUDA Toolkit)";
   }
@@ -251,13 +257,24 @@ struct Profiler {
   }
 };
 
-std::string explain(const CuptiError& e) {
+// Stops measuring for the rest of the process, saying why (once, not at every row).
+void give_up(const CuptiError& e) {
+  g_disabled_excused = true;
   if (e.status == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES) {
-    return "the driver lets only administrators read GPU counters "
-           "(NVreg_RestrictProfilingToAdminUsers); run as root or see "
-           "https://developer.nvidia.com/ERR_NVGPUCTRPERM";
+    g_disabled_reason = "the driver lets only administrators read GPU counters "
+                        "(NVreg_RestrictProfilingToAdminUsers); run as root or see "
+                        "https://developer.nvidia.com/ERR_NVGPUCTRPERM";
+  } else if (e.status == CUPTI_ERROR_HARDWARE_BUSY || e.status == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+    // Another process holds the GPU's performance counters: a second program or test reading them
+    // (the GPU tests take a CTest resource lock so that ctest -j runs them one at a time), or
+    // Nsight Compute or Systems.
+    g_disabled_reason = "counters unavailable: the GPU's profiler is busy with another process (another "
+                        "program or test reading counters, or Nsight); run one at a time for the measured "
+                        "columns (" + std::string(e.what()) + ")";
+  } else {
+    g_disabled_excused = false;
+    g_disabled_reason = std::string("CUPTI counters unavailable: ") + e.what();
   }
-  return std::string("CUPTI counters unavailable: ") + e.what();
 }
 
 }  // namespace
@@ -266,10 +283,12 @@ CounterResult measure_traffic(const std::function<void()>& run) {
   CounterResult result;
   if (!g_disabled_reason.empty()) {
     result.why_not = g_disabled_reason;
+    result.excused = g_disabled_excused;
     return result;
   }
   if (!gpu().available) {
     result.why_not = gpu().why_not;
+    result.excused = true;
     return result;
   }
   static Profiler* profiler = nullptr;  // set up once, lives until exit
@@ -278,20 +297,22 @@ CounterResult measure_traffic(const std::function<void()>& run) {
       profiler = new Profiler();
     } catch (const UsageError&) {
       throw;  // a misspelt --metrics name is the user's to fix
+    } catch (const CuptiError& e) {
+      give_up(e);
     } catch (const std::exception& e) {
-      const auto* cupti = dynamic_cast<const CuptiError*>(&e);
-      g_disabled_reason = cupti ? explain(*cupti)
-                                : std::string("CUPTI counters unavailable: ") + e.what();
-      result.why_not = g_disabled_reason;  // say it once, and stop trying
-      return result;
+      g_disabled_reason = std::string("CUPTI counters unavailable: ") + e.what();
     }
   }
-  try {
-    result.traffic = profiler->measure(run);
-  } catch (const CuptiError& e) {  // CUDA errors (a faulting kernel) propagate as errors
-    g_disabled_reason = explain(e);
-    result.why_not = g_disabled_reason;
+  if (profiler != nullptr) {
+    try {
+      result.traffic = profiler->measure(run);
+      return result;
+    } catch (const CuptiError& e) {  // CUDA errors (a faulting kernel) propagate as errors
+      give_up(e);
+    }
   }
+  result.why_not = g_disabled_reason;  // said once; later calls stop at the top
+  result.excused = g_disabled_excused;
   return result;
 }
 

@@ -8,6 +8,28 @@
 
 namespace course {
 
+#if COURSE_HAS_CUDA
+namespace {
+std::string cuda_version(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+}  // namespace
+
+std::string why_no_gpu(int status, int device_count, int driver_version, int runtime_version) {
+  const auto error = static_cast<cudaError_t>(status);
+  // The runtime says "insufficient driver" also when there is no driver at all (a machine without
+  // an NVIDIA GPU): that must not send a learner off to update a driver.
+  if ((error == cudaErrorInsufficientDriver && driver_version == 0) || error == cudaErrorNoDevice ||
+      (error == cudaSuccess && device_count == 0)) {
+    return "no NVIDIA GPU or driver found";
+  }
+  if (error == cudaErrorInsufficientDriver) {
+    return "the NVIDIA driver supports CUDA up to " + cuda_version(driver_version) +
+           ", older than the CUDA " + cuda_version(runtime_version) +
+           " this was built with: update the driver, or build with an older CUDA Toolkit";
+  }
+  return std::string("no usable CUDA device (") + cudaGetErrorName(error) + ": " + cudaGetErrorString(error) + ")";
+}
+#endif
+
 namespace {
 GpuInfo query() {
   GpuInfo info;
@@ -15,10 +37,10 @@ GpuInfo query() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count == 0) {
-    info.why_not = status != cudaSuccess
-                       ? std::string("no usable CUDA device (") + cudaGetErrorName(status) + ": " +
-                             cudaGetErrorString(status) + ")"
-                       : std::string("no CUDA device found");
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+    cudaRuntimeGetVersion(&runtime);
+    info.why_not = why_no_gpu(status, count, driver, runtime);
     cudaGetLastError();
     return info;
   }
@@ -69,6 +91,17 @@ double host_available_bytes() {
   return 0.0;
 }
 }  // namespace
+
+#if COURSE_HAS_CUDA
+void require_shared_memory(std::size_t bytes, const std::string& what) {
+  int device = 0, limit = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  require(bytes <= std::size_t(limit), what + " needs " + std::to_string(bytes) +
+                                           " bytes of shared memory a block; this GPU offers " +
+                                           std::to_string(limit) + " (README: Hardware and requirements)");
+}
+#endif
 
 void require_fits(double host_bytes, double device_bytes, const std::string& what) {
   const double host = host_available_bytes();

@@ -23,9 +23,25 @@ const GpuInfo& gpu();
 // The value of the CSV `device` column: the GPU's name, or "cpu".
 std::string device_label();
 
+#if COURSE_HAS_CUDA
+// GpuInfo::why_not when cudaGetDeviceCount fails or finds no device: `status` is its cudaError_t,
+// the versions are those of cudaDriverGetVersion (0: no driver) and cudaRuntimeGetVersion. No GPU
+// or no driver: "no NVIDIA GPU or driver found"; a driver older than the runtime: says so, with
+// both versions.
+std::string why_no_gpu(int status, int device_count, int driver_version, int runtime_version);
+#endif
+
 }  // namespace course
 
 namespace course {
+#if COURSE_HAS_CUDA
+// Throws UsageError unless one block of `what` may have `bytes` of shared memory on the current GPU
+// (its opt-in limit: 227 KB on an H100, 163 KB on an A100, 99 KB on most consumer GPUs), naming
+// both numbers. Call before cudaFuncSetAttribute(..., MaxDynamicSharedMemorySize, bytes), whose
+// own error ("invalid argument") would not say what is missing.
+void require_shared_memory(std::size_t bytes, const std::string& what);
+#endif
+
 // Throws ResourceError, with the sizes, unless `host_bytes` fit in the host's available memory and
 // `device_bytes` (when a GPU is used) in the GPU's free memory. Call before allocating a problem.
 void require_fits(double host_bytes, double device_bytes, const std::string& what);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cmath>
 
 #include "check.hpp"
@@ -51,6 +52,23 @@ CLI::Validator number(double min) {
       min == 0.0 ? "NUMBER>=0" : "NUMBER");
 }
 
+CLI::Validator seed_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.size() <= 20 &&
+                            std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (digits) {
+          try {
+            std::stoull(text);
+            return std::string();
+          } catch (const std::exception&) {  // beyond 2^64 - 1
+          }
+        }
+        return "must be a whole number from 0 to " + std::to_string(UINT64_MAX) + ", got '" + text + "'";
+      },
+      "UINT64");
+}
+
 void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--csv", o.csv, "Append the result rows to this CSV file (course-wide schema)");
   app.add_option("--variants", o.variants, "Run only these variants (comma-separated)")
@@ -68,6 +86,7 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
       ->delimiter(',');
   app.add_flag("--no-gpu", o.no_gpu, "Run only the CPU parts (reference, counted IO)");
   app.add_option("--seed", o.seed, "Seed for the random inputs (default: a fresh one, printed)")
+      ->check(seed_number())
       ->each([&o](const std::string&) { o.seed_given = true; });
 }
 

@@ -32,6 +32,8 @@ int parse_options(CLI::App& app, int argc, char** argv);
 //   (or >= min when min is 0).
 CLI::Validator whole_number(int min);
 CLI::Validator number(double min);
+// seed_number(): a whole number from 0 to 2^64 - 1 (a seed); "-1" is refused, not wrapped around.
+CLI::Validator seed_number();
 
 // After parsing: validates the variant names against `known`, checks that --csv can be written,
 // applies --no-counters and --metrics, picks the seed. Throws UsageError for bad values.

@@ -7,8 +7,10 @@ Writes DIR/<family>_io.png (bytes moved vs problem size, log-log: the model as l
 count and the GPU's counters as markers), DIR/<family>_speed.png (speed vs size, with the peer the
 reader would otherwise use), DIR/io_probe.png (the check of the counters), the attention figures
 (attention_*.png, flash_v1_fig2.png; stage 06: flash_v2_ladder*.png, flash_v2_vs_fa2.png,
-flash_v2_io.png; stage 07: backward_ladder*.png, backward_vs_fa2.png, backward_fig2.png) and
-DIR/summary.md (with stage 06's and 07's tables), and prints the summary.
+flash_v2_io.png; stage 07: backward_ladder*.png, backward_vs_fa2.png, backward_fig2.png; without a
+GPU, attention_counted_io.png: stages 05-07's model and CPU count) and DIR/summary.md (with stage
+06's and 07's tables, and why a figure is missing), and prints the summary. Its figures that these
+rows do not give (an earlier run's) are removed from DIR. Without matplotlib it writes the summary.
 """
 import argparse
 import csv
@@ -17,10 +19,13 @@ import os
 import sys
 from collections import OrderedDict
 
-import matplotlib
+try:
+    import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:  # the summary is still written; the figures say why they are missing
+    plt = None
 
 # Stages plotted together, and the peer each family is compared with (measured in the same run).
 # speed: the column plotted against size (tflops for compute-bound stages, gbps for memory-bound).
@@ -154,7 +159,17 @@ def variants_of(records, spec):
     return list(seen)
 
 
+# The figures this script draws (a stage's figures exist only when its rows do): those that it
+# does not draw in a run are removed from --out, so that no figure stays beside data it was not
+# drawn from.
+FIGURES = [f"{family}_{kind}.png" for family in ("matmul", "softmax", "attention_row") for kind in ("io", "speed")] + [
+    "io_probe.png", "attention_speed.png", "attention_io.png", "flash_v1_fig2.png", "flash_v2_ladder.png",
+    "flash_v2_ladder_bf16.png", "flash_v2_vs_fa2.png", "flash_v2_io.png", "backward_ladder.png",
+    "backward_ladder_bf16.png", "backward_vs_fa2.png", "backward_fig2.png", "attention_counted_io.png"]
+
+
 def save_figure(fig, out, name):
+    assert name in FIGURES, f"{name}: add it to FIGURES"
     path = os.path.join(out, name)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -687,6 +702,88 @@ def plot_backward(records, out):
             plot_vs_fa2(recs, out, LADDER_BWD, "backward_vs_fa2.png"), plot_fig2(recs, out)]
 
 
+# --- without a GPU (stages 05 on) --------------------------------------------------------------------
+
+ATTENTION_STAGES = ["05_flash_v1", FLASH_V2, BACKWARD]
+
+
+def cpu_only_stages(records):
+    """The attention stages whose rows are all CPU rows: their figures of speed and measured traffic
+    have nothing to draw."""
+    stages = []
+    for stage in ATTENTION_STAGES:
+        mine = [r for r in records if r["stage"] == stage]
+        if mine and not any(r.get("ms") is not None or r.get("device") for r in mine):
+            stages.append(stage)
+    return stages
+
+
+def counted_picks(records, stage):
+    """The rows counted on the CPU at the stage's largest counted problem (B, H, N, d, causal; the
+    tiles aside), one per variant, dtype and SRAM budget M."""
+    counted = [r for r in records if r["stage"] == stage and r.get("io_counted_bytes") is not None]
+    if not counted:
+        return None, []
+    big = shape_fields(max(counted, key=lambda r: r.get("flops") or 0)["shape"])
+    cell = {k: big[k] for k in ("B", "H", "N", "d", "causal") if k in big}
+    picks = OrderedDict()
+    for r in counted:
+        f = shape_fields(r["shape"])
+        if all(f.get(k) == v for k, v in cell.items()):
+            picks.setdefault((r["variant"], r["dtype"], f.get("M")), r)
+    return cell, list(picks.items())
+
+
+def plot_counted_io(records, out):
+    """Stages 05 on without a GPU: the model's bytes and the CPU count of every variant, at the
+    largest problem counted, one panel per stage."""
+    panels = [(stage,) + counted_picks(records, stage) for stage in cpu_only_stages(records)]
+    panels = [p for p in panels if p[2]]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(13, 4.4 * len(panels)), squeeze=False)
+    for ax, (stage, cell, picks) in zip(axes[:, 0], panels):
+        width = 0.38
+        for k, (label, key, color) in enumerate([("model", "io_model_bytes", "tab:blue"),
+                                                  ("counted (CPU)", "io_counted_bytes", "tab:cyan")]):
+            vals = [r.get(key) or math.nan for _, r in picks]
+            xs = [i + (k - 0.5) * width for i in range(len(picks))]
+            bars = ax.bar(xs, vals, width, color=color, label=label)
+            for b, v in zip(bars, vals):
+                if not math.isnan(v):
+                    ax.annotate(fmt_bytes(v), (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom",
+                                fontsize=6, rotation=90)
+        ax.set_xticks(range(len(picks)))
+        ax.set_xticklabels([f"{v}\n{t}" + (f"\nM={m}" if m else "") for (v, t, m), _ in picks], fontsize=7)
+        values = [r.get(k) for _, r in picks for k in ("io_model_bytes", "io_counted_bytes") if r.get(k)]
+        ax.set_yscale("log")
+        ax.set_ylim(min(values) / 4, max(values) * 8)  # every bar visible, room for the labels
+        ax.set_ylabel("bytes read + written")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right")
+        ax.set_title(f"{stage}: " + " ".join(f"{k}={v}" for k, v in cell.items()))
+    fig.suptitle("Bytes between the SMs and L2: the model and the CPU count (no GPU: no time, no counters)")
+    return save_figure(fig, out, "attention_counted_io.png")
+
+
+def figure_notes(records):
+    """Lines for summary.md that say why figures are missing."""
+    notes = []
+    if plt is None:
+        notes.append("No figures: this Python has no matplotlib (install python3-matplotlib).")
+    for stage in cpu_only_stages(records):
+        if counted_picks(records, stage)[1]:
+            notes.append(f"{stage}: no GPU rows, so no figure of speed or measured traffic; "
+                         "attention_counted_io.png shows the model and the CPU count at the largest problem "
+                         "counted.")
+        else:
+            notes.append(f"{stage}: no GPU rows, and no problem small enough to count on the CPU "
+                         "(--count-limit): no figure.")
+    if not notes:
+        return ""
+    return "\n### Figures not drawn\n\n" + "".join(f"- {n}\n" for n in notes)
+
+
 def backward_tables(records):
     """Stage 07's tables for summary.md: the backward ladder in every cell (with the deterministic
     variants' cost), and Fig. 2."""
@@ -800,9 +897,10 @@ def fmt(v, spec):
 
 
 def largest(mine):
-    """The record with the largest size that was timed (or counted, without a GPU)."""
+    """The record with the largest size that was timed; without a GPU, that was counted on the CPU."""
     timed = [r for r in mine if r.get("ms") is not None]
-    return max(timed or mine, key=lambda r: (r.get("size") or 0, r.get("flops") or 0))
+    counted = [r for r in mine if r.get("io_counted_bytes") is not None]
+    return max(timed or counted or mine, key=lambda r: (r.get("size") or 0, r.get("flops") or 0))
 
 
 def summary_row(name, best, peer, metric):
@@ -813,7 +911,8 @@ def summary_row(name, best, peer, metric):
     return "| " + " | ".join([
         best["stage"], name, best["shape"], fmt(best.get("ms"), ".3f"),
         fmt(best.get("tflops"), ".2f"), fmt(best.get("gbps"), ".0f"), fmt(ratio, ".2f"),
-        fmt_bytes(model), fmt_bytes(l2), fmt(l2 / model if l2 and model else None, ".3f"),
+        fmt_bytes(model), fmt_bytes(best.get("io_counted_bytes")), fmt_bytes(l2),
+        fmt(l2 / model if l2 and model else None, ".3f"),
         fmt_bytes(dram), fmt(dram / model if dram and model else None, ".3f"),
         fmt(best.get("max_rel_err"), ".1e")]) + " |"
 
@@ -822,9 +921,9 @@ def summary(records):
     """Per family, variant and dtype, the largest size that was timed (or counted, without a GPU);
     the dtype goes next to the variant in families that have several."""
     lines = [f"Device: {device_name(records)}", "",
-             "| stage | variant | shape | ms | TFLOP/s | GB/s | × peer | model | measured SM↔L2 "
+             "| stage | variant | shape | ms | TFLOP/s | GB/s | × peer | model | counted (CPU) | measured SM↔L2 "
              "| SM↔L2 / model | DRAM r+w | DRAM / model | max rel err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for family, spec in FAMILIES.items():
         metric = spec["speed"]
         peers = {(r["shape"], r["dtype"]): r for r in records
@@ -861,18 +960,26 @@ def main():
         sys.exit("report.py: no rows in " + ", ".join(args.csv))
     os.makedirs(args.out, exist_ok=True)
     written = []
-    for family, spec in FAMILIES.items():
-        written += [plot_io(records, family, spec, args.out), plot_speed(records, family, spec, args.out)]
-    written.append(plot_io_probe(records, args.out))
-    written += plot_attention(records, args.out)
-    written += plot_flash_v2(records, args.out)
-    written += plot_backward(records, args.out)
-    text = summary(records) + flash_v2_tables(records) + backward_tables(records)
+    if plt is not None:
+        for family, spec in FAMILIES.items():
+            written += [plot_io(records, family, spec, args.out), plot_speed(records, family, spec, args.out)]
+        written.append(plot_io_probe(records, args.out))
+        written += plot_attention(records, args.out)
+        written += plot_flash_v2(records, args.out)
+        written += plot_backward(records, args.out)
+        written.append(plot_counted_io(records, args.out))
+    text = summary(records) + flash_v2_tables(records) + backward_tables(records) + figure_notes(records)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)
     print(text)
-    for path in filter(None, written):
-        print("wrote", path)
+    written = [os.path.basename(p) for p in written if p]
+    for name in written:
+        print("wrote", os.path.join(args.out, name))
+    for name in FIGURES:  # an earlier run's figure that these rows do not give
+        path = os.path.join(args.out, name)
+        if name not in written and os.path.exists(path):
+            os.remove(path)
+            print("removed", path, "(not drawn from these rows)")
 
 
 if __name__ == "__main__":

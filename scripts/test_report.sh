@@ -16,15 +16,30 @@ trap 'rm -rf "$out"' EXIT
 "$bin/01_naive_matmul" --no-gpu --sizes 64,96 --csv "$out/r.csv" >/dev/null 2>&1
 "$bin/02_tiled_matmul" --no-gpu --sizes 64,96 --csv "$out/r.csv" >/dev/null 2>&1
 "$bin/06_flash_v2" --no-gpu --heads 1 --seq 64 --csv "$out/r.csv" >/dev/null 2>&1
+echo stale >"$out/backward_fig2.png"  # an earlier run's figure: these rows have no stage 07
 "$py" "$here/report.py" "$out/r.csv" --out "$out" >"$out/summary.txt"
-for f in matmul_io.png summary.md; do
+for f in matmul_io.png summary.md attention_counted_io.png; do
   [ -s "$out/$f" ] || { echo "report.py did not write $f"; exit 1; }
 done
+[ ! -e "$out/backward_fig2.png" ] || { echo "report.py left a figure these rows do not give"; exit 1; }
 grep -q "02_tiled_matmul | register_blocked" "$out/summary.md" || { echo "summary lacks a row"; exit 1; }
 for v in "tuned (fp16)" "tuned (bf16)" "flash_v2 (fp32)"; do
   grep -qF "06_flash_v2 | $v |" "$out/summary.md" || { echo "summary lacks 06_flash_v2 $v"; exit 1; }
 done
 [ "$(grep -c '^01_naive_matmul,' "$out/r.csv")" -eq 4 ] || { echo "unexpected CSV rows"; exit 1; }
+# Without a GPU the summary shows the counted bytes (field 9) beside the model (field 8), and
+# says why stage 06 has no figure of speed.
+awk -F' [|] ' '/^[|] 01_naive_matmul [|] coalesced/ { found = 1; if ($8 == "n/a" || $9 != $8) bad = 1 }
+               END { exit !(found && !bad) }' "$out/summary.md" || { echo "summary lacks the counted bytes"; exit 1; }
+grep -qF "06_flash_v2: no GPU rows" "$out/summary.md" || { echo "summary does not say why figures are missing"; exit 1; }
+
+# Without matplotlib: the summary alone, saying so, and no figure left from before.
+mkdir -p "$out/nompl/fake/matplotlib"
+echo 'raise ImportError("no matplotlib here")' >"$out/nompl/fake/matplotlib/__init__.py"
+cp "$out/matmul_io.png" "$out/nompl/"
+PYTHONPATH="$out/nompl/fake" "$py" "$here/report.py" "$out/r.csv" --out "$out/nompl" >/dev/null
+grep -qF "No figures: this Python has no matplotlib" "$out/nompl/summary.md" &&
+  [ ! -e "$out/nompl/matmul_io.png" ] || { echo "without matplotlib: wrong summary or a stale figure"; exit 1; }
 
 # Stage 06 with GPU rows (made up): fp16 and bf16 of one shape stay apart, the ladder's table and
 # figures appear, and a CPU row's count joins the GPU row of its problem.

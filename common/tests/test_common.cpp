@@ -6,11 +6,17 @@
 #include <fstream>
 #include <numeric>
 
+#if COURSE_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "check.hpp"
 #include "compare.hpp"
 #include "dtype.hpp"
+#include "gpu.hpp"
 #include "inputs.hpp"
 #include "io_count.hpp"
+#include "options.hpp"
 #include "report.hpp"
 
 using namespace course;
@@ -174,6 +180,24 @@ TEST_CASE("report: append_csv writes the header once and refuses a file with ano
   std::remove(path.c_str());
 }
 
+TEST_CASE("--seed: a whole number from 0 to 2^64 - 1; a negative one is refused (exit 2), not wrapped") {
+  auto parse = [](std::vector<std::string> args) {
+    CLI::App app{"t"};
+    CommonOptions options;
+    add_common_options(app, options);
+    std::vector<char*> argv = {const_cast<char*>("t")};
+    for (auto& a : args) argv.push_back(a.data());
+    const int code = parse_options(app, int(argv.size()), argv.data());
+    return std::make_pair(code, options.seed);
+  };
+  CHECK(parse({"--seed", "0"}) == std::make_pair(-1, std::uint64_t(0)));
+  CHECK(parse({"--seed", "18446744073709551615"}) == std::make_pair(-1, UINT64_MAX));
+  for (const char* bad : {"-1", "18446744073709551616", "1e3", "x", "+5", ""}) {
+    CAPTURE(bad);
+    CHECK(parse({"--seed", bad}).first == 2);
+  }
+}
+
 TEST_CASE("run_program maps failures to exit codes") {
   CHECK(run_program("t", [] { return 0; }) == 0);
   CHECK(run_program("t", []() -> int { throw UsageError("bad size"); }) == 2);
@@ -211,4 +235,22 @@ TEST_CASE("dtype: fp16 and bf16 round to nearest even, with overflow, subnormals
   CHECK(round_to(Dtype::fp32, 0.1f) == 0.1f);
   CHECK(std::string(name(parse_dtype("bf16"))) == "bf16");
   CHECK(bytes_of(Dtype::fp16) == 2);
+}
+
+TEST_CASE("without a GPU, the reason is said plainly: no driver is not an old driver") {
+  if (!gpu().available) {
+    INFO(gpu().why_not);
+    CHECK(!gpu().why_not.empty());
+    CHECK(gpu().why_not.find("cudaError") == std::string::npos);  // the runtime's names are for bugs
+  }
+#if COURSE_HAS_CUDA
+  const int insufficient_driver = cudaErrorInsufficientDriver, no_device = cudaErrorNoDevice, success = cudaSuccess;
+  CHECK(why_no_gpu(insufficient_driver, 0, 0, 13000) == "no NVIDIA GPU or driver found");
+  CHECK(why_no_gpu(no_device, 0, 12080, 13000) == "no NVIDIA GPU or driver found");
+  CHECK(why_no_gpu(success, 0, 12080, 13000) == "no NVIDIA GPU or driver found");
+  const std::string old_driver = why_no_gpu(insufficient_driver, 0, 12020, 13000);
+  CHECK(old_driver.find("12.2") != std::string::npos);
+  CHECK(old_driver.find("13.0") != std::string::npos);
+  CHECK(old_driver.find("update the driver") != std::string::npos);
+#endif
 }

@@ -16,12 +16,12 @@ along the keys; O = P V; then torch.autograd.grad(O, (Q, K, V), dO). Query rows 
 blocks to bound the memory of the scores (each row of O depends on its own row of Q and on all of
 K and V, so dQ is written block by block and dK, dV are summed over the blocks).
 
-Error, the course's measure (common/compare.hpp): for each gradient, max over elements of
-|x − ref| / max(|ref|, rms(ref)), rms over the whole tensor; a NaN or ±inf in x counts as an
-infinite error.
+Error, the course's measure (peer_common.rel_errors, as common/compare.cpp measures it): for each
+gradient, max over elements of |x − ref| / max(|ref|, rms(ref)), rms over the whole tensor; a NaN
+or ±inf in x counts as an infinite error.
 
 Tolerance: fp32 1e-4, fp16 1e-2, bf16 5e-2, times --tolerance-factor: fixed bounds tied to the
-dtype, as DESIGN.md ties the course's tolerances to it (its own figures, fp32 ≲ 1e-5 and fp16/bf16
+dtype, as docs/DESIGN.md ties the course's tolerances to it (its own figures, fp32 ≲ 1e-5 and fp16/bf16
 ≲ 1e-2, are for the forward).
 The C++ tests hold the kernels to bounds derived per problem instead (07_backward/reference.hpp:
 twice the error of the backward computed plainly in the dtype; for fp32, the sums' rounding); this
@@ -46,6 +46,8 @@ import argparse
 import json
 import os
 import sys
+
+from peer_common import rel_errors
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 5e-2}
 INPUTS = ["Q", "K", "V", "dO"]
@@ -159,14 +161,9 @@ def reference_gradients(torch, Q, K, V, dO, causal):
 
 
 def max_rel_err(np, x, ref):
-    """The course's error: max over elements of |x − ref| / max(|ref|, rms(ref)), rms over the tensor
-    (the absolute error where that scale is 0, as common/compare.cpp does); a non-finite x is an
-    infinite error. Returns (error, flat index of the worst element)."""
-    scale = np.maximum(np.abs(ref), np.sqrt(np.mean(ref * ref)))
-    diff = np.abs(x - ref)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        err = np.where(scale > 0, diff / np.where(scale > 0, scale, 1.0), diff)
-    err[~np.isfinite(x)] = np.inf
+    """The course's error (peer_common.rel_errors, as common/compare.cpp measures it), and the flat
+    index of the worst element."""
+    err = rel_errors(x, ref)
     worst = int(np.argmax(err))
     return float(err.flat[worst]), worst
 
