@@ -606,7 +606,7 @@ def _(row, D, F):
 
 # --- numbers in running text ---------------------------------------------------------------------
 # (file, pattern with one group per number, function(data, files) -> [expected]). The pattern must
-# match exactly once in the file.
+# match exactly once in the file, whose runs of white space (line breaks too) are read as one space.
 PROSE = []
 
 
@@ -615,6 +615,103 @@ def prose(path, pattern):
         PROSE.append((path, pattern, fn))
         return fn
     return register
+
+
+CH01 = "docs/01_naive_matmul.md"
+
+
+@prose(CH01, r"The naive kernel takes (\d+) ms, and the reason is the bytes")
+def _(D, F):
+    return [matmul(D, "coalesced", 4096).ms]
+
+
+@prose(CH01, r"moves (\d+) GB through the crossbar in (\d+) ms, ([\d.]+) TB/s")
+def _(D, F):
+    r = matmul(D, "coalesced", 4096)
+    return [Bytes(r.l2), r.ms, r.l2 / r.ms / 1e9]
+
+
+@prose(CH01, r"asks for ([\d.]+) times the bytes and takes ([\d.]+) times as long")
+def _(D, F):
+    u, c = matmul(D, "uncoalesced", 4096), matmul(D, "coalesced", 4096)
+    return [u.l2 / c.l2, u.ms / c.ms]
+
+
+@prose(CH01, r"On the H100 it is ([\d.]+) / ([\d.]+) ms = ([\d.]+)×")
+def _(D, F):
+    u, c = matmul(D, "uncoalesced", 4096), matmul(D, "coalesced", 4096)
+    return [u.ms, c.ms, u.ms / c.ms]
+
+
+CH02 = "docs/02_tiled_matmul.md"
+
+
+@prose(CH02, r"`register_blocked` reaches ([\d.]+) TFLOP/s at n = 8192: ([\d.]+)× cuBLAS SGEMM \(([\d.]+)\)")
+def _(D, F):
+    r, c = matmul(D, "register_blocked", 8192), matmul(D, "cublas", 8192)
+    return [r.tflops, r.tflops / c.tflops, c.tflops]
+
+
+@prose(CH02, r"moves only ([\d.]+) GB to and from DRAM for its ([\d.]+) GB of L2 traffic")
+def _(D, F):
+    r = matmul(D, "register_blocked", 4096)
+    return [Bytes(r.dram), Bytes(r.l2)]
+
+
+@prose(CH02, r"gets ([\d.]+) GB from DRAM")
+def _(D, F):
+    return [Bytes(matmul(D, "smem_tiled", 4096).dram)]
+
+
+@prose(CH02, r"cuBLAS moves fewer bytes too: ([\d.]+) GB at n = 8192 where we move ([\d.]+)")
+def _(D, F):
+    return [Bytes(matmul(D, "cublas", 8192).l2), Bytes(matmul(D, "register_blocked", 8192).l2)]
+
+
+@prose(CH02, r"table: ([\d.]+) against ([\d.]+) ms in results.csv")
+def _(D, F):
+    return [matmul(D, "smem_tiled", 512).ms, matmul(D, "register_blocked", 512).ms]
+
+
+@prose(CH02, r"On the H100: ([\d.]+) TFLOP/s against ([\d.]+)\. From n = 2048 on")
+def _(D, F):
+    return [matmul(D, "smem_tiled", 512).tflops, matmul(D, "register_blocked", 512).tflops]
+
+
+@prose(CH02, r"the better reuse wins \(([\d.]+) against ([\d.]+) TFLOP/s at n = 2048\)")
+def _(D, F):
+    return [matmul(D, "register_blocked", 2048).tflops, matmul(D, "smem_tiled", 2048).tflops]
+
+
+@prose(CH02, r"Only n = 2048 is in results.csv: ([\d.]+) TFLOP/s, ([\d.]+)× cuBLAS measured in the same run \(([\d.]+)\)")
+def _(D, F):
+    r, c = matmul(D, "register_blocked", 2048), matmul(D, "cublas", 2048)
+    return [r.tflops, r.tflops / c.tflops, c.tflops]
+
+
+CH03 = "docs/03_safe_softmax.md"
+
+
+@prose(CH03, r"H100 at C = 2²⁰: ([\d.]+) / ([\d.]+) ms = ([\d.]+)\.")
+def _(D, F):
+    s, n = softmax(D, "03_safe_softmax", "safe", 1048576), softmax(D, "03_safe_softmax", "naive", 1048576)
+    return [s.ms, n.ms, s.ms / n.ms]
+
+
+@prose(CH03, r"safe falls to ([\d.]+) TB/s")
+def _(D, F):
+    return [softmax(D, "03_safe_softmax", "safe", 256).gbps / 1000]
+
+
+@prose(CH03, r"Safe's model bytes per second even exceed the copy's by (\d+)%")
+def _(D, F):
+    s, c = softmax(D, "03_safe_softmax", "safe", 1048576), softmax(D, "03_safe_softmax", "copy", 1048576)
+    return [100 * (s.gbps / c.gbps - 1)]
+
+
+@prose(CH03, r"grows from ([\d.]+) GB to")
+def _(D, F):
+    return [Bytes(softmax(D, "03_safe_softmax", "safe", 1048576).io_model_bytes)]
 
 
 # --- running the checks --------------------------------------------------------------------------
@@ -671,7 +768,7 @@ def run(root):
             failures.append(f"{path}: no table marked <!-- numbers: {name} -->")
     for path, pattern, fn in PROSE:
         with open(os.path.join(root, path), encoding="utf-8") as f:
-            text = f.read()
+            text = re.sub(r"\s+", " ", f.read())  # a sentence may be wrapped anywhere
         found = list(re.finditer(pattern, text))
         if len(found) != 1:
             failures.append(f"{path}: pattern {pattern!r} matched {len(found)} times (expected once)")
