@@ -714,6 +714,42 @@ def _(D, F):
     return [Bytes(softmax(D, "03_safe_softmax", "safe", 1048576).io_model_bytes)]
 
 
+CH04 = "docs/04_online_softmax.md"
+
+
+def sm4(D, v, C):
+    return softmax(D, "04_online_softmax", v, C)
+
+
+@prose(CH04, r"online's two passes take about (\d+)% longer than naive's two \(([\d.]+) against ([\d.]+) ms at C = 16384")
+def _(D, F):
+    o, n = sm4(D, "online", 16384), softmax(D, "03_safe_softmax", "naive", 16384)
+    return [100 * (o.ms / n.ms - 1), o.ms, n.ms]
+
+
+@prose(CH04, r"At C = 256, `online` takes ([\d.]+) ms, twice the copy's ([\d.]+), although it moves ([\d.]+) times")
+def _(D, F):
+    o, c = sm4(D, "online", 256), sm4(D, "copy", 256)
+    return [o.ms, c.ms, o.io_model_bytes / c.io_model_bytes]
+
+
+@prose(CH04, r"reads each row once: ([\d.]+) ms on the H100, ([\d.]+) of the copy's time")
+def _(D, F):
+    o, c = sm4(D, "on_chip", 256), sm4(D, "copy", 256)
+    return [o.ms, o.ms / c.ms]
+
+
+@prose(CH04, r"results.csv has d = 64 only: ([\d.]+) TFLOP/s at every N")
+def _(D, F):
+    return [[r.tflops for r in D.rows if r.variant == "attention_row"][k] for k in (0,)]
+
+
+@prose(CH04, r"its ([\d.]+) GB at N = 16384 take ([\d.]+) ms")
+def _(D, F):
+    r = D.one("04_online_softmax", "attention_row", "fp32", N=16384, d=64)
+    return [Bytes(r.io_model_bytes), r.ms]
+
+
 # --- running the checks --------------------------------------------------------------------------
 
 def run(root):
