@@ -416,6 +416,29 @@ def _(row, D, F):
             "O = P·V": ms("O = P·V"), "standard": sum(ms(k) for k in steps), "FA-1": ms("flash_v1")}
 
 
+def loop_order_bytes(order, B, H, N, d, Br, Bc):
+    """Chapter 05's three loop orders of Algorithm 1, fp32, per the model in its text."""
+    Tr, Tc = -(-N // Br), -(-N // Bc)
+    per_head = {1: 4 * (2 * N * d + Tc * N * d + (2 * Tc - 1) * N * (d + 2)),
+                2: 4 * (N * d + 2 * Tr * N * d + (2 * Tc - 1) * N * (d + 2)),
+                3: 4 * (N * d + 2 * Tr * N * d + N * d) + 4 * N}[order]
+    return B * H * per_head
+
+
+@spec("ch05-loop-orders", "docs/05_flash_v1.md")
+def _(row, D, F):
+    order = int(row.cells[0][0])
+    Br, Bc = (int(x) for x in re.findall(r"\d+", row["Br, Bc"]))
+    model = loop_order_bytes(order, 8, 32, 4096, 64, Br, Bc)
+    source = row["where the number comes from"]
+    if "measured" in source:  # the rows with a kernel: the CSV's model and measurement
+        stage, variant = ("05_flash_v1", "flash_v1") if order == 1 else ("06_flash_v2", "flash_v2")
+        r = attn(D, stage, variant, "fp32", 8, 32, 4096, 64)
+        if r.io_model_bytes != model or not matches(r.l2 / 1e9, 2, model / 1e9):
+            raise ValueError(f"order {order}: the CSV's model or measurement is not {model}")
+    return {"bytes, SM↔L2": Bytes(model)}
+
+
 # stage 06: FlashAttention-2
 GRID = {(64, 1024): 16, (64, 4096): 4, (64, 16384): 1, (128, 1024): 16, (128, 4096): 4, (128, 16384): 1}
 
@@ -748,6 +771,113 @@ def _(D, F):
 def _(D, F):
     r = D.one("04_online_softmax", "attention_row", "fp32", N=16384, d=64)
     return [Bytes(r.io_model_bytes), r.ms]
+
+
+CH05 = "docs/05_flash_v1.md"
+
+
+@prose(CH05, r"results.csv holds their counts at B = 1, H = 4, N = 512: ([\d.]+) MB and ([\d.]+) MB")
+def _(D, F):
+    a = attn(D, "05_flash_v1", "flash_v1", "fp32", 1, 4, 512, 64)
+    b = attn(D, "06_flash_v2", "flash_v2", "fp32", 1, 4, 512, 64)
+    return [Bytes(a.io_counted_bytes, "MB"), Bytes(b.io_counted_bytes, "MB")]
+
+
+@prose(CH05, r"stage 06's ([\d.]+) GB of SM↔L2 traffic are ([\d.]+) GB of DRAM traffic, FA-1's ([\d.]+) GB are ([\d.]+) GB")
+def _(D, F):
+    a = attn(D, "06_flash_v2", "flash_v2", "fp32", 8, 32, 4096, 64)
+    b = attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, 4096, 64)
+    return [Bytes(a.l2), Bytes(a.dram), Bytes(b.l2), Bytes(b.dram)]
+
+
+@prose(CH05, r"the exact model \(and the measurement\) is ([\d.]+) GB, two thirds of standard attention's ([\d.]+) GB rather than a tenth\. FA-1 is slower than standard attention there: ([\d.]+) against ([\d.]+) ms")
+def _(D, F):
+    f = attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 16, 4096, 128)
+    s_ = attn(D, "05_flash_v1", "standard", "fp32", 8, 16, 4096, 128)
+    return [Bytes(f.io_model_bytes), Bytes(s_.io_model_bytes), f.ms, s_.ms]
+
+
+@prose(CH05, r"On the H100 the bytes go ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) GB and the time ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) ms")
+def _(D, F):
+    rs = [attn(D, "05_flash_v1", "flash_v1", "fp32", 64, 16, 1024, 64, M=m) for m in (4096, 8192, 16384, 32768, 65536)]
+    return [Bytes(r.io_model_bytes) for r in rs] + [r.ms for r in rs]
+
+
+@prose(CH05, r"the causal run takes ([\d.]+) ms and ([\d.]+) GB, the non-causal ([\d.]+) ms and ([\d.]+) GB")
+def _(D, F):
+    c = attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, 4096, 64, 1)
+    n = attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, 4096, 64, 0)
+    return [c.ms, Bytes(c.io_model_bytes), n.ms, Bytes(n.io_model_bytes)]
+
+
+@prose(CH05, r"the runtime with it — ([\d.]+), ([\d.]+), ([\d.]+) ms at Bc = 16, 32, 64 — until compute dominates: ([\d.]+) ms at 128 and ([\d.]+) at 256")
+def _(D, F):
+    return [attn(D, "05_flash_v1", "flash_v1", "fp32", 64, 16, 1024, 64, M=m).ms for m in (4096, 8192, 16384, 32768, 65536)]
+
+
+@prose(CH05, r"At N = 4096 standard attention moves ([\d.]+) GB between the SMs and L2 \(measured = model\) and ([\d.]+) GB to and from DRAM")
+def _(D, F):
+    r = attn(D, "05_flash_v1", "standard", "fp32", 8, 32, 4096, 64)
+    return [Bytes(r.io_model_bytes), Bytes(r.dram)]
+
+
+@prose(CH05, r"all of it is DRAM traffic \(([\d.]+) GB\)")
+def _(D, F):
+    return [Bytes(attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, 4096, 64).dram)]
+
+
+@prose(CH05, r"FA-1's DRAM traffic is ([\d.]+) of standard's")
+def _(D, F):
+    g = lambda v: attn(D, "05_flash_v1", v, "fp32", 8, 32, 4096, 64)  # noqa: E731
+    return [g("flash_v1").dram / g("standard").dram]
+
+
+@prose(CH05, r"FA-1 is ([\d.]+)× faster than standard at N = 4096, at ([\d.]+) TFLOP/s, nearly flat across N \(([\d.]+) → ([\d.]+)\)")
+def _(D, F):
+    g = lambda v, n=4096: attn(D, "05_flash_v1", v, "fp32", 8, 32, n, 64)  # noqa: E731
+    return [g("standard").ms / g("flash_v1").ms, g("flash_v1").tflops, g("flash_v1", 512).tflops, g("flash_v1", 16384).tflops]
+
+
+@prose(CH05, r"standard attention gets more efficient as N grows \(([\d.]+) → ([\d.]+) TFLOP/s\)")
+def _(D, F):
+    return [attn(D, "05_flash_v1", "standard", "fp32", 8, 32, n, 64).tflops for n in (512, 4096)]
+
+
+@prose(CH05, r"stage 03's safe softmax in results.csv: (\d+) GB/s at C = 1024, (\d+) at C = 4096")
+def _(D, F):
+    return [softmax(D, "03_safe_softmax", "safe", c).gbps for c in (1024, 4096)]
+
+
+@prose(CH05, r"runs at ([\d.]+) TFLOP/s: our FA-1 reaches ([\d.]+)× of it")
+def _(D, F):
+    e = attn(D, "05_flash_v1", "pytorch_efficient", "fp32", 8, 32, 4096, 64)
+    f = attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, 4096, 64)
+    return [e.tflops, f.tflops / e.tflops]
+
+
+@prose(CH05, r"FA-1 is \*slower\* than standard here, ([\d.]+) against ([\d.]+) ms at N = 4096")
+def _(D, F):
+    return [attn(D, "05_flash_v1", v, "fp32", 8, 16, 4096, 128).ms for v in ("flash_v1", "standard")]
+
+
+@prose(CH05, r"FA-1 moves about 12·N²·d/Bc: ([\d.]+) GB \(model = measured\), two thirds of standard's ([\d.]+) GB")
+def _(D, F):
+    return [Bytes(attn(D, "05_flash_v1", v, "fp32", 8, 16, 4096, 128).io_model_bytes) for v in ("flash_v1", "standard")]
+
+
+@prose(CH05, r"For B = 8, H = 32, N = 4096, d = 64 that is ([\d.]+) GB")
+def _(D, F):
+    return [Bytes(attn(D, "05_flash_v1", "standard", "fp32", 8, 32, 4096, 64).io_model_bytes)]
+
+
+@prose(CH05, r"Standard's peak grows as N²: ([\d.]+) GB at N = 1024, ([\d.]+) GB at 4096")
+def _(D, F):
+    return [Bytes(attn(D, "05_flash_v1", "standard", "fp32", 8, 32, n, 64).peak_mem_bytes) for n in (1024, 4096)]
+
+
+@prose(CH05, r"FA-1's grows as N: ([\d.]+), ([\d.]+), ([\d.]+) GB at N = 1024, 4096, 16384")
+def _(D, F):
+    return [Bytes(attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, n, 64).peak_mem_bytes) for n in (1024, 4096, 16384)]
 
 
 # --- running the checks --------------------------------------------------------------------------
