@@ -880,6 +880,70 @@ def _(D, F):
     return [Bytes(attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, n, 64).peak_mem_bytes) for n in (1024, 4096, 16384)]
 
 
+CH06 = "docs/06_flash_v2.md"
+
+
+@prose(CH06, r"Q and O: ([\d.]+) GB, measured exactly on the H100\. DRAM: only the four tensors once, 4 × (\d+) MB = ([\d.]+) GB, measured ([\d.]+) GB")
+def _(D, F):
+    r = attn(D, "06_flash_v2", "flash_v2", "fp32", 8, 32, 4096, 64)
+    tensor = 8 * 32 * 4096 * 64 * 4
+    return [Bytes(r.l2), Bytes(tensor, "MB"), Bytes(4 * tensor), Bytes(r.dram)]
+
+
+@prose(CH06, r"The rungs, as a fraction of FA-2 at N = 4096, d = 64, fp16: mma (\d+) %, ldmatrix (\d+) %, cp_async (\d+) %, tuned (\d+) %, lazy_rescale (\d+) %")
+def _(D, F):
+    g = lambda v: grid(D, "06_flash_v2", v, "fp16", 64, 4096).tflops  # noqa: E731
+    return [100 * g(v) / g("pytorch_flash") for v in ("mma", "ldmatrix", "cp_async", "tuned", "lazy_rescale")]
+
+
+def ratio_range(D, num, den, dtypes=("fp16", "bf16"), ds=(64, 128), Ns=(1024, 4096, 16384), causal=(0, 1), stage="06_flash_v2"):
+    vals = [grid(D, stage, num, t, d, N, c).tflops / grid(D, stage, den, t, d, N, c).tflops
+            for t in dtypes for d in ds for N in Ns for c in causal]
+    return min(vals), max(vals)
+
+
+@prose(CH06, r"The last rung is ([\d.]+)–([\d.]+)× FA-2 in all 24 cells: at d = 64 (\d+)–(\d+) % faster, at d = 128 (\d+)–(\d+) %")
+def _(D, F):
+    lo, hi = ratio_range(D, "lazy_rescale", "pytorch_flash")
+    a, b = ratio_range(D, "lazy_rescale", "pytorch_flash", ds=(64,))
+    c, d = ratio_range(D, "lazy_rescale", "pytorch_flash", ds=(128,))
+    return [lo, hi, 100 * (a - 1), 100 * (b - 1), 100 * (c - 1), 100 * (d - 1)]
+
+
+@prose(CH06, r"With FA-2's own steps \(`tuned`\), d = 64 is (\d+)–(\d+) % ahead of FA-2, but d = 128 is level: ([\d.]+)–([\d.]+)× in results.csv")
+def _(D, F):
+    a, b = ratio_range(D, "tuned", "pytorch_flash", ds=(64,))
+    c, d = ratio_range(D, "tuned", "pytorch_flash", ds=(128,))
+    return [100 * (a - 1), 100 * (b - 1), c, d]
+
+
+@prose(CH06, r"in results.csv \+(\d+) to \+(\d+) % at d = 128 and −(\d+) to \+(\d+) % at d = 64")
+def _(D, F):
+    a, b = ratio_range(D, "lazy_rescale", "tuned", ds=(128,))
+    c, d = ratio_range(D, "lazy_rescale", "tuned", ds=(64,))
+    return [100 * (a - 1), 100 * (b - 1), 100 * (1 - c), 100 * (d - 1)]
+
+
+@prose(CH06, r"is still ([\d.]+)–([\d.]+)× faster than the last rung")
+def _(D, F):
+    lo, hi = ratio_range(D, "pytorch_cudnn", "lazy_rescale", dtypes=("fp16",))
+    return [lo, hi]
+
+
+@prose(CH06, r"Measured worst errors over results.csv's sweep: fp16 ([\d.]+)·10⁻⁴, bf16 ([\d.]+)·10⁻³, fp32 ([\d.]+)·10⁻⁶")
+def _(D, F):
+    worst = lambda t: max(r.max_rel_err for r in D.rows if r.stage == "06_flash_v2" and r.dtype == t  # noqa: E731
+                          and r.variant not in ("flash_v1", "triton_fa2") and not r.variant.startswith("pytorch"))
+    return [worst("fp16") * 1e4, worst("bf16") * 1e3, worst("fp32") * 1e6]
+
+
+@prose(CH06, r"FA-2's DRAM traffic is the four tensors once \(4 × (\d+) MB\); the ([\d.]+) GB of K and V re-reads")
+def _(D, F):
+    r = attn(D, "06_flash_v2", "flash_v2", "fp32", 8, 32, 4096, 64)
+    tensor = 8 * 32 * 4096 * 64 * 4
+    return [Bytes(tensor, "MB"), Bytes(r.l2 - 4 * tensor)]  # K and V after their first reading
+
+
 # --- running the checks --------------------------------------------------------------------------
 
 def run(root):
