@@ -944,6 +944,141 @@ def _(D, F):
     return [Bytes(tensor, "MB"), Bytes(r.l2 - 4 * tensor)]  # K and V after their first reading
 
 
+CH07 = "docs/07_backward.md"
+
+
+def bwd(D, v, d, N, c=0, t="fp16"):
+    return grid(D, "07_backward", v, t, d, N, c)
+
+
+def fastest(d):
+    return "wide" if d == 64 else "split"
+
+
+CELLS = [(t, d, N, c) for t in ("fp16", "bf16") for d in (64, 128) for N in (1024, 4096, 16384) for c in (0, 1)]
+
+
+def bwd_range(D, f, where=lambda t, d, N, c: True):
+    vals = [f(t, d, N, c) for t, d, N, c in CELLS if where(t, d, N, c)]
+    return min(vals), max(vals)
+
+
+@prose(CH07, r"behind it from N = 4096 \(([\d.]+) and ([\d.]+) at d = 64, not causal\)")
+def _(D, F):
+    return [bwd(D, "tc", 64, N).tflops / bwd(D, "pytorch_flash_bwd", 64, N).tflops for N in (4096, 16384)]
+
+
+@prose(CH07, r"the fastest rung is ahead in all 24 cells, ([\d.]+)–([\d.]+)×")
+def _(D, F):
+    return list(bwd_range(D, lambda t, d, N, c: bwd(D, fastest(d), d, N, c, t).tflops / bwd(D, "pytorch_flash_bwd", d, N, c, t).tflops))
+
+
+@prose(CH07, r"`split` is (\d+)–(\d+)% faster than `tuned` at d = 128 and `wide` (\d+)–(\d+)% faster at d = 64")
+def _(D, F):
+    f = lambda t, d, N, c: bwd(D, fastest(d), d, N, c, t).tflops / bwd(D, "tuned", d, N, c, t).tflops  # noqa: E731
+    a, b = bwd_range(D, f, lambda t, d, N, c: d == 128)
+    x, y = bwd_range(D, f, lambda t, d, N, c: d == 64)
+    return [100 * (a - 1), 100 * (b - 1), 100 * (x - 1), 100 * (y - 1)]
+
+
+@prose(CH07, r"cuDNN's backward is ([\d.]+)–([\d.]+)× ours at N ≥ 4096 \(ours is (\d+)–(\d+)% of it there; (\d+)–(\d+)% at N = 1024\)")
+def _(D, F):
+    f = lambda t, d, N, c: bwd(D, fastest(d), d, N, c, t).tflops / bwd(D, "pytorch_cudnn_bwd", d, N, c, t).tflops  # noqa: E731
+    a, b = bwd_range(D, f, lambda t, d, N, c: N >= 4096)
+    x, y = bwd_range(D, f, lambda t, d, N, c: N == 1024)
+    return [1 / b, 1 / a, 100 * a, 100 * b, 100 * x, 100 * y]
+
+
+@prose(CH07, r"The deterministic variants cost (\d+)–(\d+)% at N ≥ 4096 against `wide` and (\d+)–(\d+)% against `split`, and (\d+)–(\d+)% at N = 1024 \(([\d.]+)–([\d.]+)×\)")
+def _(D, F):
+    f = lambda t, d, N, c: bwd(D, fastest(d) + "_deterministic", d, N, c, t).tflops / bwd(D, fastest(d), d, N, c, t).tflops  # noqa: E731
+    a, b = bwd_range(D, f, lambda t, d, N, c: N >= 4096 and d == 64)
+    x, y = bwd_range(D, f, lambda t, d, N, c: N >= 4096 and d == 128)
+    p, q = bwd_range(D, f, lambda t, d, N, c: N == 1024)
+    return [100 * (1 - b), 100 * (1 - a), 100 * (1 - y), 100 * (1 - x), max(0, 100 * (1 - q)), 100 * (1 - p), p, min(q, 1)]
+
+
+@prose(CH07, r"Standard attention \(cuBLAS, P kept\) reaches (\d+)–(\d+) TFLOP/s at d = 64 and (\d+)–(\d+) at d = 128 not causal")
+def _(D, F):
+    a = [bwd(D, "standard", 64, N).tflops for N in (1024, 4096, 16384)]
+    b = [bwd(D, "standard", 128, N).tflops for N in (1024, 4096, 16384)]
+    return [min(a), max(a), min(b), max(b)]
+
+
+@prose(CH07, r"In bf16 our atomic rungs are within (\d+)% of their fp16 TFLOP/s in every cell \(fastest / FA-2, where FA-2's own bf16 time moves by up to (\d+)%: ([\d.]+) / ([\d.]+) / ([\d.]+), ([\d.]+) / ([\d.]+) / ([\d.]+), ([\d.]+) / ([\d.]+) / ([\d.]+), ([\d.]+) / ([\d.]+) / ([\d.]+) in the same order\)")
+def _(D, F):
+    ours = [bwd(D, v, d, N, c, "bf16").tflops / bwd(D, v, d, N, c).tflops
+            for d in (64, 128) for v in ("tc", "tuned", fastest(d)) for N in (1024, 4096, 16384) for c in (0, 1)]
+    fa2 = [bwd(D, "pytorch_flash_bwd", d, N, c, "bf16").tflops / bwd(D, "pytorch_flash_bwd", d, N, c).tflops
+           for d in (64, 128) for N in (1024, 4096, 16384) for c in (0, 1)]
+    out = [100 * max(abs(x - 1) for x in ours) + 0.49, 100 * max(abs(x - 1) for x in fa2)]  # "within 2%": at most
+    for d, c in ((64, 0), (64, 1), (128, 0), (128, 1)):
+        out += [bwd(D, fastest(d), d, N, c, "bf16").tflops / bwd(D, "pytorch_flash_bwd", d, N, c, "bf16").tflops
+                for N in (1024, 4096, 16384)]
+    return out
+
+
+@prose(CH07, r"Standard attention's DRAM bytes equal its model to ([\d.]+)% \(([\d.]+) GB\)")
+def _(D, F):
+    r = D.one("07_backward", "standard_fwdbwd", "fp16", B=64, H=16, N=1024, d=64, causal=0)
+    return [100 * abs(r.dram / r.io_model_bytes - 1) + 0.004, Bytes(r.dram)]
+
+
+@prose(CH07, r"a floor of ([\d.]+) GB at the ([\d.]+) TB/s this H100 copies 1 GB at \(io_probe, \[summary\]\(results/h100/summary.md\)\): ([\d.]+) ms, and it runs at ([\d.]+) ms")
+def _(D, F):
+    r = D.one("07_backward", "standard_fwdbwd", "fp16", B=64, H=16, N=1024, d=64, causal=0)
+    copy = max((p for p in D.rows if p.stage == "io_probe"), key=lambda p: p.io_model_bytes)
+    return [Bytes(r.dram), copy.gbps / 1000, r.dram / copy.gbps / 1e6, r.ms]
+
+
+@prose(CH07, r"would be only ([\d.]+)× slower than ours")
+def _(D, F):
+    r = D.one("07_backward", "standard_fwdbwd", "fp16", B=64, H=16, N=1024, d=64, causal=0)
+    ours = D.one("07_backward", "wide_fwdbwd", "fp16", B=64, H=16, N=1024, d=64, causal=0)
+    copy = max((p for p in D.rows if p.stage == "io_probe"), key=lambda p: p.io_model_bytes)
+    return [r.dram / copy.gbps / 1e6 / ours.ms]
+
+
+@prose(CH07, r"SDPA's math backend takes ([\d.]+) ms, ([\d.]+)× our FlashAttention")
+def _(D, F):
+    sh = dict(B=64, H=16, N=1024, d=64, causal=0)
+    m = D.one("07_backward", "pytorch_math_fwdbwd", "fp16", **sh)
+    return [m.ms, m.ms / D.one("07_backward", "wide_fwdbwd", "fp16", **sh).ms]
+
+
+@prose(CH07, r"Our own FlashAttention is ([\d.]+)× faster than FA-2 forward \+ backward at this shape, and ([\d.]+)× slower than cuDNN")
+def _(D, F):
+    sh = dict(B=64, H=16, N=1024, d=64, causal=0)
+    ours = D.one("07_backward", "wide_fwdbwd", "fp16", **sh).ms
+    return [D.one("07_backward", "pytorch_flash_fwdbwd", "fp16", **sh).ms / ours,
+            ours / D.one("07_backward", "pytorch_cudnn_fwdbwd", "fp16", **sh).ms]
+
+
+@prose(CH07, r"fp16 d = 64 \(B·N = 16384, H = 32\): (\d+) / (\d+) / (\d+) TFLOP/s at N = 1k / 4k / 16k, and ([\d.]+) GB of device memory at 16k, where FlashAttention needs ([\d.]+) GB")
+def _(D, F):
+    out = [bwd(D, "standard", 64, N).tflops for N in (1024, 4096, 16384)]
+    return out + [Bytes(bwd(D, "standard", 64, 16384).peak_mem_bytes), Bytes(bwd(D, "wide", 64, 16384).peak_mem_bytes)]
+
+
+@prose(CH07, r"`peak_mem_bytes` in results.csv; ([\d.]+) GB deterministic\)")
+def _(D, F):
+    return [Bytes(bwd(D, "wide_deterministic", 64, 16384).peak_mem_bytes)]
+
+
+@prose(CH07, r"fp32 at B = 4, H = 8, N = 1024, d = 64: standard ([\d.]+) ms, ([\d.]+) GB SM↔L2, ([\d.]+) GB of device memory; FlashAttention's fp32 kernel ([\d.]+) ms \(([\d.]+)× faster, ([\d.]+) TFLOP/s\), ([\d.]+) GB SM↔L2, ([\d.]+) GB")
+def _(D, F):
+    s_ = D.one("07_backward", "standard", "fp32", B=4, H=8, N=1024, d=64, causal=0)
+    f = D.one("07_backward", "flash_bwd", "fp32", B=4, H=8, N=1024, d=64, causal=0)
+    return [s_.ms, Bytes(s_.l2), Bytes(s_.peak_mem_bytes), f.ms, s_.ms / f.ms, f.tflops, Bytes(f.l2), Bytes(f.peak_mem_bytes)]
+
+
+@prose(CH07, r"the exact model is ([\d.]+) GB and the H100 measured ([\d.]+) GB\. Standard attention's backward model, 7e·N² \+ 8e·N·d a head, is ([\d.]+) GB: only ([\d.]+)× more between the SMs and L2\. The large saving is in DRAM and in memory: ([\d.]+) GB of DRAM traffic against ([\d.]+) GB, and ([\d.]+) GB of device memory against ([\d.]+) GB")
+def _(D, F):
+    w, s_ = bwd(D, "wide", 64, 16384), bwd(D, "standard", 64, 16384)
+    return [Bytes(w.io_model_bytes), Bytes(w.l2), Bytes(s_.io_model_bytes), s_.io_model_bytes / w.io_model_bytes,
+            Bytes(w.dram), Bytes(s_.dram), Bytes(w.peak_mem_bytes), Bytes(s_.peak_mem_bytes)]
+
+
 # --- running the checks --------------------------------------------------------------------------
 
 def run(root):
