@@ -1079,6 +1079,43 @@ def _(D, F):
             Bytes(w.dram), Bytes(s_.dram), Bytes(w.peak_mem_bytes), Bytes(s_.peak_mem_bytes)]
 
 
+README = "README.md"
+
+
+@prose(README, r"In fp32, FA-2 runs at ([\d.]+) TFLOP/s at B = 8, H = 32, N = 4096, d = 64: ([\d.]+)× stage 05's FA-1 and ([\d.]+)× PyTorch's mem-efficient kernel; at B = 1, H = 8, N = 16384, where FA-1's one block per head leaves most SMs idle, ([\d.]+)× FA-1")
+def _(D, F):
+    g = lambda v, B=8, H=32, N=4096: attn(D, "06_flash_v2", v, "fp32", B, H, N, 64)  # noqa: E731
+    return [g("flash_v2").tflops, g("flash_v1").ms / g("flash_v2").ms, g("flash_v2").tflops / g("pytorch_efficient").tflops,
+            g("flash_v1", 1, 8, 16384).ms / g("flash_v2", 1, 8, 16384).ms]
+
+
+@prose(README, r"standard attention ([\d.]+) ms, ([\d.]+) GB to DRAM; ours \(stage 06 `tuned` \+ stage 07 `wide`\) ([\d.]+) ms, ([\d.]+) GB \(([\d.]+)× faster, ([\d.]+)× less traffic; the paper's A100 ratios are ([\d.]+)× and ([\d.]+)×, and the chapter shows why this GPU gives less\); FA-2 ([\d.]+) ms, cuDNN ([\d.]+) ms")
+def _(D, F):
+    sh = dict(B=64, H=16, N=1024, d=64, causal=0)
+    g = lambda v: D.one("07_backward", v, "fp16", **sh)  # noqa: E731
+    s_, o = g("standard_fwdbwd"), g("wide_fwdbwd")
+    return [s_.ms, Bytes(s_.dram), o.ms, Bytes(o.dram), s_.ms / o.ms, s_.dram / o.dram, 41.7 / 7.3, 40.3 / 4.4,
+            g("pytorch_flash_fwdbwd").ms, g("pytorch_cudnn_fwdbwd").ms]
+
+
+@prose(README, r"A device-to-device copy of 1 GB runs at ([\d,]+) GB/s")
+def _(D, F):
+    return [max((p for p in D.rows if p.stage == "io_probe"), key=lambda p: p.io_model_bytes).gbps]
+
+
+@prose(README, r"ready \(last rung ([\d.]+)–([\d.]+)× FA-2 in all 24 cells\)")
+def _(D, F):
+    return list(ratio_range(D, "lazy_rescale", "pytorch_flash"))
+
+
+@prose(README, r"ready \(fastest rung ([\d.]+)–([\d.]+)× FA-2's backward in all 24 cells; Fig. 2 forward \+ backward ([\d.]+)× faster than standard, ([\d.]+)× less DRAM traffic\)")
+def _(D, F):
+    sh = dict(B=64, H=16, N=1024, d=64, causal=0)
+    s_, o = (D.one("07_backward", v, "fp16", **sh) for v in ("standard_fwdbwd", "wide_fwdbwd"))
+    lo, hi = bwd_range(D, lambda t, d, N, c: bwd(D, fastest(d), d, N, c, t).tflops / bwd(D, "pytorch_flash_bwd", d, N, c, t).tflops)
+    return [lo, hi, s_.ms / o.ms, s_.dram / o.dram]
+
+
 # --- running the checks --------------------------------------------------------------------------
 
 def run(root):
