@@ -4,8 +4,8 @@
     python3 scripts/check_numbers.py [--root REPO]
 
 Every table in README.md and docs/*.md whose numbers come from docs/results/h100/results.csv (or
-another committed data file) has a marker on a line of its own above it (blank lines and one
-paragraph of text may stand between them):
+another committed data file there: standard_breakdown.csv, ncu_06_ladder.csv, ragged.csv) has a
+marker on a line of its own above it (blank lines may stand between them):
 
     <!-- numbers: readme-flash-v2 -->
 
@@ -1116,6 +1116,29 @@ def _(D, F):
     return [lo, hi, s_.ms / o.ms, s_.dram / o.dram]
 
 
+@prose(CH02, r"\(that path needs 167 registers\): ([\d.]+) TFLOP/s, ([\d.]+)× cuBLAS \(\[ragged.txt\]\(results/h100/ragged.txt\)\)\. It also moves ([\d.]+) GB instead of the model's ([\d.]+)")
+def _(D, F):
+    rows = {(r["variant"], r["shape"]): r for r in F["ragged"]}
+    rb, cb = rows[("register_blocked", "M=4095 N=4095 K=4095")], rows[("cublas", "M=4095 N=4095 K=4095")]
+    return [float(rb["tflops"]), float(rb["tflops"]) / float(cb["tflops"]),
+            Bytes(float(rb["l2_read_bytes"]) + float(rb["l2_write_bytes"])), Bytes(float(rb["io_model_bytes"]))]
+
+
+@prose(CH02, r"At n = 4092 \(16-byte path, rows 16 bytes off the sector grid\) it is ([\d.]+) TFLOP/s with ([\d.]+) GB")
+def _(D, F):
+    rb = {(r["variant"], r["shape"]): r for r in F["ragged"]}[("register_blocked", "M=4092 N=4092 K=4092")]
+    return [float(rb["tflops"]), Bytes(float(rb["l2_read_bytes"]) + float(rb["l2_write_bytes"]))]
+
+
+@prose(CH06, r"At d = 128 the same table ends ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / \*\*([\d.]+)\*\* ms against FA-2's ([\d.]+) ms \(ncu, one launch each, \[ncu_06_ladder.csv\]\(results/h100/ncu_06_ladder.csv\)\), tensor pipe ([\d.]+) % / \*\*([\d.]+) %\*\* against ([\d.]+) %")
+def _(D, F):
+    ncu = {r["kernel"]: r for r in F["ncu_06_ladder"] if " d=128 " in r["shape"]}
+    t = lambda k: float(ncu[k]["gpu__time_duration.sum"]) / 1e6  # noqa: E731
+    p = lambda k: float(ncu[k]["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"])  # noqa: E731
+    return [t("mma"), t("ldmatrix"), t("cp_async"), t("tuned"), t("lazy_rescale"), t("pytorch_flash (FA-2)"),
+            p("tuned"), p("lazy_rescale"), p("pytorch_flash (FA-2)")]
+
+
 # --- running the checks --------------------------------------------------------------------------
 
 def run(root):
@@ -1123,6 +1146,7 @@ def run(root):
     files = {
         "standard_breakdown": read_simple_csv(os.path.join(root, "docs/results/h100/standard_breakdown.csv")),
         "ncu_06_ladder": read_simple_csv(os.path.join(root, "docs/results/h100/ncu_06_ladder.csv")),
+        "ragged": read_simple_csv(os.path.join(root, "docs/results/h100/ragged.csv")),
     }
     failures, cells = [], 0
     by_file = {}
