@@ -54,7 +54,7 @@ course::IoCount flash_v2_counted(const Shape& s, course::Dtype dtype, Tiles t, c
 // The model, exact for every N (a row of d values is a whole number of 32-byte sectors):
 //   Q read once, O written once, K and V read once per query block (causal: only the key blocks
 //   it visits), L written once;  per head  e·d·(2·N + 2·Σ_i keys(i)) + 4·N  bytes (e = element
-//   size, keys(i) = the keys query block i reads), ≈ 4·e·N²·d / Br when N ≫ Br.
+//   size, keys(i) = the keys query block i reads), ≈ 2·e·N²·d / Br when N ≫ Br.
 double flash_v2_model_bytes(const Shape& s, course::Dtype dtype, Tiles t);
 // Device memory: Q, K, V and O, and L.
 double flash_v2_device_bytes(const Shape& s, course::Dtype dtype);

@@ -5,9 +5,9 @@
 
 The well-known Triton formulation of FA-2 (the shape of Triton's fused-attention tutorial, written
 here from the algorithm): one program per (query block of BLOCK_M rows, head); Q_i stays in
-registers; K_j, V_j stream past it; the running max, sum and O are kept in fp32; exp2 with
-scale·log₂e folded into the scores; O divided by l once at the end; L = m + log l written for a
-backward pass. Causal: the key blocks strictly below the diagonal run without a mask, and the
+registers; K_j, V_j stream past it; max, sum and O kept in fp32; exp2 with scale·log₂e folded in;
+O divided by l once at the end; L = scale·m + log l (natural log, m the max of the raw scores)
+written for a backward pass. Causal: the key blocks strictly below the diagonal run without the mask, the
 diagonal blocks are handled apart, with it. Triton picks the instruction mix (mma, ldmatrix,
 cp.async pipelining over num_stages) itself: this peer shows what a compiler gets from the same
 algorithm. Block sizes: a few configurations, the fastest per shape chosen by triton.autotune

@@ -1,0 +1,1230 @@
+#!/usr/bin/env python3
+"""Check that the numbers the course quotes from its measurements match the committed data.
+
+    python3 scripts/check_numbers.py [--root REPO]
+
+Every table in README.md and docs/*.md whose numbers come from docs/results/h100/results.csv (or
+another committed data file there: standard_breakdown.csv, ncu_06_ladder.csv, ragged.csv) has a
+marker on a line of its own above it (blank lines may stand between them):
+
+    <!-- numbers: readme-flash-v2 -->
+
+The name picks a spec in SPECS below: a function that gets each row of the table (the cells by
+column header) and returns, for the columns it checks, what the CSV says they should be. A few
+numbers in running text are checked the same way (PROSE below: a pattern that must match once in
+its file, and what each captured number should be).
+
+A printed number passes when it equals the CSV's value rounded to the printed number of decimals
+(1.09 passes for anything in [1.085, 1.095]); byte counts are read in the unit printed next to
+them (MB, GB, TB; decimal units, as the course prints them). The check fails when a number does
+not match, a cell holds more or fewer numbers than expected, a marker names no spec, a spec's
+marker is missing, or a query does not find exactly one CSV row. It prints every failure and
+exits 1, or prints a summary and exits 0. Standard library only (csv, re), so that it runs as a
+CPU test (CTest: check_numbers, label cpu).
+"""
+import argparse
+import csv
+import math
+import os
+import re
+import sys
+
+# --- the data ------------------------------------------------------------------------------------
+
+NUMERIC = ["size", "flops", "ms", "tflops", "gbps", "io_model_bytes", "io_counted_bytes",
+           "dram_read_bytes", "dram_write_bytes", "l2_read_bytes", "l2_write_bytes",
+           "peak_mem_bytes", "max_rel_err"]
+
+
+class Row:
+    """One CSV row: text fields as they are, numeric ones as floats (None when empty)."""
+
+    def __init__(self, fields):
+        self.fields = fields
+        for k, v in fields.items():
+            if k in NUMERIC:
+                setattr(self, k, float(v) if v not in ("", None) else None)
+            else:
+                setattr(self, k, v)
+        self.shape_items = dict(item.split("=", 1) for item in fields["shape"].split())
+
+    # Sums the tables use.
+    @property
+    def l2(self):
+        return self.l2_read_bytes + self.l2_write_bytes
+
+    @property
+    def dram(self):
+        return self.dram_read_bytes + self.dram_write_bytes
+
+
+class Data:
+    def __init__(self, path):
+        with open(path, newline="") as f:
+            self.rows = [Row(r) for r in csv.DictReader(f)]
+
+    def one(self, stage, variant, dtype=None, **shape):
+        """The one row of this stage and variant (and dtype) whose shape has these items."""
+        want = {k: str(int(v) if isinstance(v, bool) else v) for k, v in shape.items()}
+        found = [r for r in self.rows
+                 if r.stage == stage and r.variant == variant and (dtype is None or r.dtype == dtype)
+                 and all(r.shape_items.get(k) == v for k, v in want.items())]
+        if len(found) != 1:
+            raise LookupError(f"{len(found)} rows for {stage} {variant} {dtype or ''} {want}")
+        return found[0]
+
+
+def read_simple_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --- what a cell should hold ---------------------------------------------------------------------
+
+class Bytes:
+    """A byte count, to be compared in the unit printed next to it (default: `unit`)."""
+
+    def __init__(self, value, unit="GB"):
+        self.value, self.unit = value, unit
+
+
+class NoNumber:
+    """The cell must hold no number (e.g. "out of memory", "–")."""
+
+
+UNITS = {"B": 1, "KB": 1e3, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+NUMBER = re.compile(r"(?<![\w.⁰¹²³⁴⁵⁶⁷⁸⁹])−?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d])|(?<![\w.⁰¹²³⁴⁵⁶⁷⁸⁹])−?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+UNIT_AFTER = re.compile(r"\s*(TB|GB|MB|KB|kB|B)\b")
+
+
+def numbers_in(text):
+    """The numbers in a cell, each with its printed decimals and the byte unit printed after it."""
+    text = text.replace("**", "")
+    out = []
+    matches = list(NUMBER.finditer(text))
+    for n, m in enumerate(matches):
+        s = m.group(0).replace("−", "-").replace(",", "")
+        mant = s.split("e")[0]
+        decimals = len(mant.split(".")[1]) if "." in mant else 0
+        exp = int(s.split("e")[1]) if "e" in s else 0
+        # The unit: the first byte unit after this number and before the next one.
+        end = matches[n + 1].start() if n + 1 < len(matches) else len(text)
+        unit = None
+        for u in re.finditer(r"\b(TB|GB|MB|KB|kB)\b", text[m.end():end]):
+            unit = u.group(1)
+            break
+        if unit is None:  # "6.90, 0.87 GB": the unit after the last number of the cell
+            later = re.findall(r"\b(TB|GB|MB|KB|kB)\b", text[m.end():])
+            unit = later[0] if later else None
+        out.append((float(s), decimals - exp, unit))
+    return out
+
+
+def matches(printed, decimals, value):
+    tol = 0.5 * 10.0 ** (-decimals)
+    return abs(printed - value) <= tol * (1 + 1e-9) + 1e-12 * abs(value)
+
+
+def compare_cell(text, expected):
+    """'' when the cell holds what is expected, else a description of the difference."""
+    found = numbers_in(text)
+    if isinstance(expected, NoNumber):
+        return "" if not found else f"expected no number, found {text!r}"
+    want = expected if isinstance(expected, (list, tuple)) else [expected]
+    if len(found) != len(want):
+        return f"expected {len(want)} number(s), found {len(found)} in {text!r}"
+    problems = []
+    for (printed, decimals, unit), w in zip(found, want):
+        if w is None:
+            continue
+        if isinstance(w, Bytes):
+            u = unit or w.unit
+            value = w.value / UNITS[u]
+            shown = f"{value:.6g} {u}"
+        else:
+            value = float(w)
+            shown = f"{value:.6g}"
+        if not matches(printed, decimals, value):
+            problems.append(f"{printed:g} printed, {shown} in the data")
+    return "; ".join(problems)
+
+
+# --- finding tables in Markdown ------------------------------------------------------------------
+
+MARKER = re.compile(r"<!--\s*numbers:\s*([\w.-]+)\s*-->")
+
+
+def split_row(line):
+    cells = line.strip().strip("|").split("|")
+    return [c.strip() for c in cells]
+
+
+def tables_after_markers(path):
+    """{marker name: (header cells, [row cells], line number of the marker)}."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    found = {}
+    for n, line in enumerate(lines):
+        m = MARKER.search(line)
+        if not m:
+            continue
+        k = n + 1
+        while k < len(lines) and not lines[k].lstrip().startswith("|"):
+            k += 1
+        if k + 1 >= len(lines):
+            raise ValueError(f"{path}:{n + 1}: marker {m.group(1)} has no table after it")
+        header = split_row(lines[k])
+        rows = []
+        k += 2  # the header's separator line
+        while k < len(lines) and lines[k].lstrip().startswith("|"):
+            rows.append(split_row(lines[k]))
+            k += 1
+        if m.group(1) in found:
+            raise ValueError(f"{path}:{n + 1}: marker {m.group(1)} used twice")
+        found[m.group(1)] = (header, rows, n + 1)
+    return found
+
+
+class TableRow(dict):
+    """A table row: cells by header; .cells by position."""
+
+    def __init__(self, header, cells):
+        super().__init__(zip(header, cells))
+        self.cells = cells
+
+    def num(self, column):
+        """The first number of a cell (a key such as N or d), as an int where it is one."""
+        text = self[column].replace("**", "")
+        m = re.search(r"\d+(?:\.\d+)?", text)
+        if not m:
+            raise ValueError(f"no number in {column!r}: {text!r}")
+        x = float(m.group(0))
+        return int(x) if x.is_integer() else x
+
+
+# --- the specs -----------------------------------------------------------------------------------
+# Each spec: (file, function(row, data, files) -> {column: expected}). Expected: a number, a Bytes,
+# NoNumber(), or a list of those for a cell with several numbers ("1.10 / 1.25"); None in a list
+# skips that number. Columns not returned are not checked.
+
+SPECS = {}
+
+
+def spec(name, path):
+    def register(fn):
+        SPECS[name] = (path, fn)
+        return fn
+    return register
+
+
+def ratio(a, b):
+    return a / b
+
+
+# stage 01-02: matmul
+def matmul(D, variant, n):
+    stage = "01_naive_matmul" if variant in ("uncoalesced", "coalesced") else "02_tiled_matmul"
+    return D.one(stage, variant, "fp32", M=n, N=n, K=n)
+
+
+MATMUL_NAMES = {"uncoalesced": "uncoalesced", "coalesced": "coalesced", "smem_tiled": "smem_tiled",
+                "register_blocked": "register_blocked", "cuBLAS SGEMM": "cublas", "cuBLAS": "cublas",
+                "cuBLAS SGEMM (chapter 02)": "cublas"}
+
+
+@spec("readme-matmul", "README.md")
+def _(row, D, F):
+    n = row.num("n")
+    r = matmul(D, MATMUL_NAMES[row["variant"]], n)
+    cub = D.one("02_tiled_matmul", "cublas", "fp32", M=n, N=n, K=n)
+    out = {"ms": r.ms, "TFLOP/s": r.tflops, "× cuBLAS": r.tflops / cub.tflops,
+           "DRAM bytes": Bytes(r.dram)}
+    if r.variant == "cublas":
+        out["SM↔L2 bytes: model"] = NoNumber()
+        out["measured"] = Bytes(r.l2)
+    else:
+        out["SM↔L2 bytes: model"] = Bytes(r.io_model_bytes)
+        out["measured"] = Bytes(r.l2)
+    return out
+
+
+@spec("ch01-probe", "docs/01_naive_matmul.md")
+def _(row, D, F):
+    probes = [r for r in D.rows if r.stage == "io_probe"]
+    size = row["bytes copied"]
+    mb = float(re.search(r"[\d.]+", size).group(0)) * (1e9 if "GB" in size else 1e6)
+    r = min(probes, key=lambda p: abs(p.io_model_bytes / 2 - mb))
+    b = r.io_model_bytes / 2
+    extra = [None] * (len(numbers_in(size)) - 1)  # "(4× L2)"
+    return {"bytes copied": [Bytes(b, "MB")] + extra, "GB/s": r.gbps, "DRAM read": r.dram_read_bytes / b,
+            "DRAM write": r.dram_write_bytes / b, "SM←L2": r.l2_read_bytes / b, "SM→L2": r.l2_write_bytes / b}
+
+
+@spec("ch01-results", "docs/01_naive_matmul.md")
+def _(row, D, F):
+    n = row.num("n")
+    r = matmul(D, MATMUL_NAMES[row["variant"]], n)
+    out = {"ms": r.ms, "TFLOP/s": r.tflops, "DRAM r+w": Bytes(r.dram)}
+    out["model = counted = measured SM↔L2"] = NoNumber() if r.variant == "cublas" else Bytes(r.l2)
+    if r.variant != "cublas" and not matches(r.l2, 0, r.io_model_bytes):
+        raise ValueError(f"model and measured differ for {r.variant} n = {n}")
+    return out
+
+
+@spec("ch02-results", "docs/02_tiled_matmul.md")
+def _(row, D, F):
+    n = row.num("n")
+    r = matmul(D, MATMUL_NAMES[row["variant"]], n)
+    cub = matmul(D, "cublas", n)
+    out = {"ms": r.ms, "TFLOP/s": r.tflops, "× cuBLAS": r.tflops / cub.tflops, "DRAM r+w": Bytes(r.dram)}
+    out["model = measured SM↔L2"] = Bytes(r.l2) if r.variant == "cublas" else Bytes(r.io_model_bytes)
+    return out
+
+
+@spec("ch02-steps", "docs/02_tiled_matmul.md")
+def _(row, D, F):
+    step = row["step"]
+    name = "cublas" if step.startswith("cuBLAS") else step.split()[1]
+    n = 4096 if name == "coalesced" else 8192
+    r = matmul(D, name, n)
+    cub = matmul(D, "cublas", n)
+    return {"TFLOP/s at n = 8192": r.tflops, "× cuBLAS": r.tflops / cub.tflops,
+            "SM↔L2 traffic": Bytes(r.l2) if name == "cublas" else Bytes(r.io_model_bytes) if name != "coalesced" else [Bytes(r.io_model_bytes), None]}
+
+
+# stages 03-04: softmax
+def softmax(D, stage, variant, C):
+    return D.one(stage, variant, "fp32", C=C)
+
+
+@spec("readme-softmax", "README.md")
+def _(row, D, F):
+    variant = row["variant"]
+    stage = "03_safe_softmax" if row["stage"] == "03" else "04_online_softmax"
+    if variant.startswith("on_chip"):
+        C, name = 4096, "on_chip"
+    elif variant.startswith("PyTorch"):
+        C, name = 1048576, "pytorch_softmax"
+    else:
+        C, name = 1048576, variant
+    r = softmax(D, stage, name, C)
+    copy = softmax(D, stage, "copy", C)
+    out = {"ms": r.ms, "GB/s": r.gbps, "× copy's GB/s": r.gbps / copy.gbps}
+    if name != "pytorch_softmax":
+        out.update({"SM↔L2 bytes: model": Bytes(r.io_model_bytes), "measured": Bytes(r.l2),
+                    "DRAM bytes": Bytes(r.dram)})
+    return out
+
+
+@spec("ch03-results", "docs/03_safe_softmax.md")
+def _(row, D, F):
+    C = row.num("C")
+    get = lambda v: softmax(D, "03_safe_softmax", v, C)  # noqa: E731
+    copy, naive, safe = get("copy"), get("naive"), get("safe")
+    X = 512.0 * 2 ** 20  # the matrix, 512 MiB
+    return {"copy": copy.ms, "naive": naive.ms, "safe": safe.ms,
+            "naive / safe bytes": [naive.io_model_bytes / X, safe.io_model_bytes / X],
+            "safe: DRAM / model": safe.dram / safe.io_model_bytes}
+
+
+@spec("ch04-results", "docs/04_online_softmax.md")
+def _(row, D, F):
+    C = row.num("C")
+    get = lambda v: softmax(D, "04_online_softmax", v, C)  # noqa: E731
+    copy, safe, online, torch = get("copy"), get("safe"), get("online"), get("pytorch_softmax")
+    out = {"copy": copy.ms, "safe (3+1)": safe.ms, "online (2+1)": online.ms,
+           "safe / online": safe.ms / online.ms, "online: model GB/s ÷ copy's": online.gbps / copy.gbps,
+           "PyTorch": torch.ms}
+    out["on_chip (1+1)"] = get("on_chip").ms if C <= 4096 else NoNumber()
+    return out
+
+
+@spec("ch04-attention-row", "docs/04_online_softmax.md")
+def _(row, D, F):
+    r = D.one("04_online_softmax", "attention_row", "fp32", N=row.num("N"), d=64)
+    return {"ms": r.ms, "TFLOP/s": r.tflops, "model = measured SM↔L2": Bytes(r.io_model_bytes),
+            "DRAM": Bytes(r.dram), "max rel err": r.max_rel_err}
+
+
+# stage 05: FlashAttention-1
+def attn(D, stage, variant, dtype, B, H, N, d, causal=0, **more):
+    return D.one(stage, variant, dtype, B=B, H=H, N=N, d=d, causal=causal, **more)
+
+
+@spec("readme-flash-v1", "README.md")
+def _(row, D, F):
+    N = row.num("N")
+    get = lambda v: attn(D, "05_flash_v1", v, "fp32", 8, 32, N, 64)  # noqa: E731
+    std, fa1, math_, eff = get("standard"), get("flash_v1"), get("pytorch_math"), get("pytorch_efficient")
+    out = {"FA-1: ms": fa1.ms, "FA-1 TFLOP/s": fa1.tflops,
+           "SM↔L2 bytes, FA-1: model = measured": Bytes(fa1.io_model_bytes),
+           "PyTorch mem-efficient": eff.ms}
+    if std.ms is None:
+        out.update({"standard: ms": NoNumber(), "standard / FA-1": NoNumber(), "PyTorch math": NoNumber(),
+                    "DRAM bytes: standard, FA-1": Bytes(fa1.dram),
+                    "peak memory: standard, FA-1": [None, Bytes(fa1.peak_mem_bytes)]})
+    else:
+        out.update({"standard: ms": std.ms, "standard / FA-1": std.ms / fa1.ms, "PyTorch math": math_.ms,
+                    "DRAM bytes: standard, FA-1": [Bytes(std.dram), Bytes(fa1.dram)],
+                    "peak memory: standard, FA-1": [Bytes(std.peak_mem_bytes), Bytes(fa1.peak_mem_bytes)]})
+    if not matches(fa1.l2 / 1e9, 1, fa1.io_model_bytes / 1e9):
+        raise ValueError(f"FA-1 model and measured differ at N = {N}")
+    return out
+
+
+@spec("ch05-fig2", "docs/05_flash_v1.md")
+def _(row, D, F):
+    get = lambda v, **m: attn(D, "05_flash_v1", v, "fp32", 64, 16, 1024, 64, **m)  # noqa: E731
+    std, fa1 = get("standard"), get("flash_v1", M=65536)
+    first = row.cells[0]
+    if first.startswith("standard"):
+        r = std
+    elif first.startswith("FlashAttention-1"):
+        r = fa1
+    elif first == "ratio":
+        return {"SM↔L2: model = measured": std.l2 / fa1.l2, "DRAM": std.dram / fa1.dram,
+                "runtime": std.ms / fa1.ms, "peak memory": std.peak_mem_bytes / fa1.peak_mem_bytes}
+    else:
+        return {}
+    return {"GFLOP": r.flops / 1e9, "SM↔L2: model = measured": Bytes(r.io_model_bytes),
+            "DRAM": Bytes(r.dram), "runtime": r.ms, "peak memory": Bytes(r.peak_mem_bytes)}
+
+
+@spec("ch05-across-n", "docs/05_flash_v1.md")
+def _(row, D, F):
+    N = row.num("N")
+    get = lambda v, c=0: attn(D, "05_flash_v1", v, "fp32", 8, 32, N, 64, causal=c)  # noqa: E731
+    std, fa1, stdc, fa1c = get("standard"), get("flash_v1"), get("standard", 1), get("flash_v1", 1)
+    out = {"FA-1": fa1.ms, "causal: FA-1": fa1c.ms, "PyTorch mem-efficient (not causal)": get("pytorch_efficient").ms}
+    if std.ms is None:
+        for c in ("standard", "standard / FA-1", "causal: standard", "causal ratio", "PyTorch math (not causal)"):
+            out[c] = NoNumber()
+    else:
+        out.update({"standard": std.ms, "standard / FA-1": std.ms / fa1.ms, "causal: standard": stdc.ms,
+                    "causal ratio": stdc.ms / fa1c.ms, "PyTorch math (not causal)": get("pytorch_math").ms})
+    return out
+
+
+@spec("ch05-breakdown", "docs/05_flash_v1.md")
+def _(row, D, F):
+    # standard_breakdown.csv (Nsight Compute, kernel by kernel): N, causal, step, ms, dram_gbps
+    by = {r["step"]: r for r in F["standard_breakdown"] if int(r["N"]) == row.num("N") and r["causal"] == "0"}
+    ms = lambda k: float(by[k]["ms"])  # noqa: E731
+    steps = ("transpose", "S = Q·Kt", "softmax", "O = P·V")
+    return {"Kt = scale·Kᵀ": ms("transpose"), "S = Q·Kt": ms("S = Q·Kt"),
+            "softmax, 3 passes (DRAM GB/s)": [ms("softmax"), float(by["softmax"]["dram_gbps"])],
+            "O = P·V": ms("O = P·V"), "standard": sum(ms(k) for k in steps), "FA-1": ms("flash_v1")}
+
+
+def loop_order_bytes(order, B, H, N, d, Br, Bc):
+    """Chapter 05's three loop orders of Algorithm 1, fp32, per the model in its text."""
+    Tr, Tc = -(-N // Br), -(-N // Bc)
+    per_head = {1: 4 * (2 * N * d + Tc * N * d + (2 * Tc - 1) * N * (d + 2)),
+                2: 4 * (N * d + 2 * Tr * N * d + (2 * Tc - 1) * N * (d + 2)),
+                3: 4 * (N * d + 2 * Tr * N * d + N * d) + 4 * N}[order]
+    return B * H * per_head
+
+
+@spec("ch05-loop-orders", "docs/05_flash_v1.md")
+def _(row, D, F):
+    order = int(row.cells[0][0])
+    Br, Bc = (int(x) for x in re.findall(r"\d+", row["Br, Bc"]))
+    model = loop_order_bytes(order, 8, 32, 4096, 64, Br, Bc)
+    source = row["where the number comes from"]
+    if "measured" in source:  # the rows with a kernel: the CSV's model and measurement
+        stage, variant = ("05_flash_v1", "flash_v1") if order == 1 else ("06_flash_v2", "flash_v2")
+        r = attn(D, stage, variant, "fp32", 8, 32, 4096, 64)
+        if r.io_model_bytes != model or not matches(r.l2 / 1e9, 2, model / 1e9):
+            raise ValueError(f"order {order}: the CSV's model or measurement is not {model}")
+    return {"bytes, SM↔L2": Bytes(model)}
+
+
+# stage 06: FlashAttention-2
+GRID = {(64, 1024): 16, (64, 4096): 4, (64, 16384): 1, (128, 1024): 16, (128, 4096): 4, (128, 16384): 1}
+
+
+def grid(D, stage, variant, dtype, d, N, causal=0):
+    return attn(D, stage, variant, dtype, GRID[(d, N)], 2048 // d, N, d, causal)
+
+
+@spec("readme-flash-v2", "README.md")
+def _(row, D, F):
+    d, N = row.num("d"), row.num("N")
+    g = lambda v: grid(D, "06_flash_v2", v, "fp16", d, N)  # noqa: E731
+    lazy, fa2 = g("lazy_rescale"), g("pytorch_flash")
+    out = {v: g(v).tflops for v in ("mma", "ldmatrix", "cp_async", "tuned", "lazy_rescale")}
+    out.update({"FA-2 (SDPA flash)": fa2.tflops, "lazy_rescale / FA-2": lazy.tflops / fa2.tflops,
+                "cuDNN": g("pytorch_cudnn").tflops,
+                "SM↔L2, lazy_rescale: model = measured": Bytes(lazy.io_model_bytes), "DRAM": Bytes(lazy.dram)})
+    if abs(lazy.l2 / lazy.io_model_bytes - 1) > 0.006:
+        raise ValueError("lazy_rescale: measured differs from the model")
+    return out
+
+
+@spec("ch06-fp32", "docs/06_flash_v2.md")
+def _(row, D, F):
+    shape = row["shape (d = 64)"]
+    B, H, N = (8, 32, 4096) if "N = 4096" in shape else (1, 8, 16384)
+    get = lambda v: attn(D, "06_flash_v2", v, "fp32", B, H, N, 64)  # noqa: E731
+    fa1, fa2 = get("flash_v1"), get("flash_v2")
+    return {"FA-1 (stage 05)": [fa1.ms, fa1.tflops], "FA-2 fp32": [fa2.ms, fa2.tflops],
+            "FA-2 / FA-1": fa1.ms / fa2.ms, "PyTorch mem-efficient": get("pytorch_efficient").tflops,
+            "PyTorch math": get("pytorch_math").tflops}
+
+
+@spec("ch06-fp32-bytes", "docs/06_flash_v2.md")
+def _(row, D, F):
+    v = "flash_v1" if row.cells[0].startswith("FA-1") else "flash_v2"
+    r = attn(D, "06_flash_v2", v, "fp32", 8, 32, 4096, 64)
+    return {"model": Bytes(r.io_model_bytes), "measured SM↔L2": Bytes(r.l2), "measured DRAM": Bytes(r.dram),
+            "peak device memory": Bytes(r.peak_mem_bytes)}
+
+
+@spec("ch06-last-rungs", "docs/06_flash_v2.md")
+def _(row, D, F):
+    d, N, c = row.num("d"), row.num("N"), 1 if row["causal"] == "yes" else 0
+    g = lambda v, t="fp16": grid(D, "06_flash_v2", v, t, d, N, c).tflops  # noqa: E731
+    return {"tuned": g("tuned"), "lazy_rescale": g("lazy_rescale"), "FA-2": g("pytorch_flash"),
+            "cuDNN": g("pytorch_cudnn"),
+            "fp16: tuned / FA-2": g("tuned") / g("pytorch_flash"),
+            "fp16: lazy_rescale / FA-2": g("lazy_rescale") / g("pytorch_flash"),
+            "bf16: tuned / FA-2": g("tuned", "bf16") / g("pytorch_flash", "bf16"),
+            "bf16: lazy_rescale / FA-2": g("lazy_rescale", "bf16") / g("pytorch_flash", "bf16"),
+            "fp16: lazy_rescale / cuDNN": g("lazy_rescale") / g("pytorch_cudnn")}
+
+
+@spec("ch06-triton", "docs/06_flash_v2.md")
+def _(row, D, F):
+    N = row.num("N")
+    g = lambda v: attn(D, "06_flash_v2", v, "fp16", 4, 48, N, 64, 1).tflops  # noqa: E731
+    return {"Triton (ours)": g("triton_fa2"), "FA-2 (SDPA flash)": g("pytorch_flash"),
+            "stage 06 lazy_rescale": g("lazy_rescale"), "cuDNN": g("pytorch_cudnn")}
+
+
+@spec("ch06-io", "docs/06_flash_v2.md")
+def _(row, D, F):
+    rungs = ("mma", "ldmatrix", "cp_async") if row.cells[0].startswith("rungs 1–3") else ("tuned", "lazy_rescale")
+    rs = [attn(D, "06_flash_v2", v, "fp16", 4, 32, 4096, 64) for v in rungs]
+    if len({r.io_model_bytes for r in rs}) != 1 or len({r.peak_mem_bytes for r in rs}) != 1:
+        raise ValueError(f"{rungs} differ in their model or memory")
+    # DRAM: one number that fits every rung of the row, or their range ("0.265–0.266 GB")
+    dram = sorted(r.dram for r in rs)
+    printed = numbers_in(row["DRAM"])
+    if len(printed) == 1 and compare_cell(row["DRAM"], Bytes(dram[-1])):
+        raise ValueError(f"DRAM differs between {rungs}: print the range {dram[0]:.4g}–{dram[-1]:.4g}")
+    return {"model = measured SM↔L2": Bytes(rs[0].io_model_bytes),
+            "DRAM": Bytes(dram[0]) if len(printed) == 1 else [Bytes(dram[0]), Bytes(dram[-1])],
+            "peak device memory": Bytes(rs[0].peak_mem_bytes)}
+
+
+NCU_COLUMNS = {"1 mma": "mma", "2 ldmatrix": "ldmatrix", "3 cp_async": "cp_async", "4 tuned": "tuned",
+               "5 lazy_rescale": "lazy_rescale", "FA-2": "pytorch_flash (FA-2)"}
+NCU_METRICS = [  # (the row's first words, ncu_06_ladder.csv's column, the unit printed)
+    ("kernel time", "gpu__time_duration.sum", 1e6),  # ns -> ms
+    ("tensor pipe active", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", 1),
+    ("shared-load bank conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "GM"),
+    ("shared-load wavefronts", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "GM"),
+    ("instructions executed", "smsp__inst_executed.sum", 1e9),
+    ("fma-pipe instructions", "sm__inst_executed_pipe_fma.sum", 1e6),
+    ("issue slots busy", "smsp__issue_active.avg.pct_of_peak_sustained_active", 1),
+    ("registers / thread", "launch__registers_per_thread", 1),
+]
+
+
+@spec("ch06-ncu", "docs/06_flash_v2.md")
+def _(row, D, F):
+    # ncu_06_ladder.csv at d = 64: one row per kernel; the table has one column per kernel.
+    ncu = {r["kernel"]: r for r in F["ncu_06_ladder"] if " d=64 " in r["shape"]}
+    metric = row.cells[0]
+    for prefix, field, unit in NCU_METRICS:
+        if metric.startswith(prefix):
+            break
+    else:
+        return {}
+    out = {}
+    for col, kernel in NCU_COLUMNS.items():
+        text = ncu[kernel][field]
+        if text == "":
+            out[col] = NoNumber()
+            continue
+        x = float(text)
+        if unit == "GM":  # counts printed in G or M
+            x /= 1e9 if "G" in row[col] else 1e6
+        else:
+            x /= unit
+        out[col] = [x, None] if "spill" in row[col] else x
+    return out
+
+
+# stage 07: the backward pass
+@spec("readme-backward", "README.md")
+def _(row, D, F):
+    d, N = row.num("d"), row.num("N")
+    g = lambda v: grid(D, "07_backward", v, "fp16", d, N)  # noqa: E731
+    fast = g("wide" if d == 64 else "split")
+    fa2 = g("pytorch_flash_bwd")
+    return {"standard (P kept)": g("standard").tflops, "tc": g("tc").tflops, "tuned": g("tuned").tflops,
+            "wide (d 64) / split (d 128)": fast.tflops, "FA-2 (SDPA flash)": fa2.tflops,
+            "fastest / FA-2": fast.tflops / fa2.tflops, "cuDNN": g("pytorch_cudnn_bwd").tflops,
+            "SM↔L2, fastest: model / measured": [Bytes(fast.io_model_bytes), Bytes(fast.l2)],
+            "DRAM": Bytes(fast.dram)}
+
+
+def ladder_cells(D, d, causal, column, dtype="fp16"):
+    """One cell of chapter 07's ladder: the three N of a (d, causal) row."""
+    out = []
+    for N in (1024, 4096, 16384):
+        g = lambda v: grid(D, "07_backward", v, dtype, d, N, causal)  # noqa: E731
+        fast = "wide" if d == 64 else "split"
+        if column == "ratio":
+            out.append(g(fast).tflops / g("pytorch_flash_bwd").tflops)
+        elif column == "det":
+            out.append(g(fast + "_deterministic").tflops / g(fast).tflops)
+        else:
+            out.append(g(column).tflops)
+    return out
+
+
+@spec("ch07-ladder", "docs/07_backward.md")
+def _(row, D, F):
+    d, c = row.num("d"), 1 if row["causal"] == "yes" else 0
+    fast = "wide" if d == 64 else "split"
+    return {"tc": ladder_cells(D, d, c, "tc"), "tuned": ladder_cells(D, d, c, "tuned"),
+            "wide / split": ladder_cells(D, d, c, fast), "FA-2": ladder_cells(D, d, c, "pytorch_flash_bwd"),
+            "cuDNN": ladder_cells(D, d, c, "pytorch_cudnn_bwd"), "fastest / FA-2": ladder_cells(D, d, c, "ratio"),
+            "deterministic / atomic": ladder_cells(D, d, c, "det")}
+
+
+@spec("ch07-fig2", "docs/07_backward.md")
+def _(row, D, F):
+    shape = dict(B=64, H=16, N=1024, d=64, causal=0)
+    std = D.one("07_backward", "standard_fwdbwd", "fp16", **shape)
+    ours = D.one("07_backward", "wide_fwdbwd", "fp16", **shape)
+    first = row.cells[0]
+    if first.startswith("standard"):
+        r = std
+    elif first.startswith("FlashAttention"):
+        r = ours
+    elif first == "ratio":
+        return {"runtime": std.ms / ours.ms, "SM↔L2": std.l2 / ours.l2, "DRAM": std.dram / ours.dram,
+                "peak memory": std.peak_mem_bytes / ours.peak_mem_bytes}
+    elif first.startswith("SDPA"):
+        p = [D.one("07_backward", f"pytorch_{v}_fwdbwd", "fp16", **shape) for v in ("flash", "cudnn", "math")]
+        return {"runtime": [x.ms for x in p], "TFLOP/s": [x.tflops for x in p]}
+    else:
+        return {}
+    return {"runtime": r.ms, "TFLOP/s": r.tflops, "SM↔L2": Bytes(r.l2), "DRAM": Bytes(r.dram),
+            "peak memory": Bytes(r.peak_mem_bytes)}
+
+
+@spec("ch07-memory", "docs/07_backward.md")
+def _(row, D, F):
+    N = row.num("N")
+    out = {}
+    for col, dtype in (("fp32 standard", "fp32"), ("fp16 standard", "fp16")):
+        r = D.one("07_backward", "standard", dtype, B=8, H=32, N=N, d=64, causal=0)
+        out[col] = [Bytes(r.peak_mem_bytes), r.ms] if r.ms is not None else [None]
+    return out
+
+
+# --- numbers in running text ---------------------------------------------------------------------
+# (file, pattern with one group per number, function(data, files) -> [expected]). The pattern must
+# match exactly once in the file, whose runs of white space (line breaks too) are read as one space.
+PROSE = []
+
+
+def prose(path, pattern):
+    def register(fn):
+        PROSE.append((path, pattern, fn))
+        return fn
+    return register
+
+
+CH01 = "docs/01_naive_matmul.md"
+
+
+@prose(CH01, r"The naive kernel takes (\d+) ms, and the reason is the bytes")
+def _(D, F):
+    return [matmul(D, "coalesced", 4096).ms]
+
+
+@prose(CH01, r"moves (\d+) GB through the crossbar in (\d+) ms, ([\d.]+) TB/s")
+def _(D, F):
+    r = matmul(D, "coalesced", 4096)
+    return [Bytes(r.l2), r.ms, r.l2 / r.ms / 1e9]
+
+
+@prose(CH01, r"asks for ([\d.]+) times the bytes and takes ([\d.]+) times as long")
+def _(D, F):
+    u, c = matmul(D, "uncoalesced", 4096), matmul(D, "coalesced", 4096)
+    return [u.l2 / c.l2, u.ms / c.ms]
+
+
+@prose(CH01, r"On the H100 it is ([\d.]+) / ([\d.]+) ms = ([\d.]+)×")
+def _(D, F):
+    u, c = matmul(D, "uncoalesced", 4096), matmul(D, "coalesced", 4096)
+    return [u.ms, c.ms, u.ms / c.ms]
+
+
+CH02 = "docs/02_tiled_matmul.md"
+
+
+@prose(CH02, r"`register_blocked` reaches ([\d.]+) TFLOP/s at n = 8192: ([\d.]+)× cuBLAS SGEMM \(([\d.]+)\)")
+def _(D, F):
+    r, c = matmul(D, "register_blocked", 8192), matmul(D, "cublas", 8192)
+    return [r.tflops, r.tflops / c.tflops, c.tflops]
+
+
+@prose(CH02, r"moves only ([\d.]+) GB to and from DRAM for its ([\d.]+) GB of L2 traffic")
+def _(D, F):
+    r = matmul(D, "register_blocked", 4096)
+    return [Bytes(r.dram), Bytes(r.l2)]
+
+
+@prose(CH02, r"gets ([\d.]+) GB from DRAM")
+def _(D, F):
+    return [Bytes(matmul(D, "smem_tiled", 4096).dram)]
+
+
+@prose(CH02, r"cuBLAS moves fewer bytes too: ([\d.]+) GB at n = 8192 where we move ([\d.]+)")
+def _(D, F):
+    return [Bytes(matmul(D, "cublas", 8192).l2), Bytes(matmul(D, "register_blocked", 8192).l2)]
+
+
+@prose(CH02, r"table: ([\d.]+) against ([\d.]+) ms in results.csv")
+def _(D, F):
+    return [matmul(D, "smem_tiled", 512).ms, matmul(D, "register_blocked", 512).ms]
+
+
+@prose(CH02, r"On the H100: ([\d.]+) TFLOP/s against ([\d.]+)\. From n = 2048 on")
+def _(D, F):
+    return [matmul(D, "smem_tiled", 512).tflops, matmul(D, "register_blocked", 512).tflops]
+
+
+@prose(CH02, r"the better reuse wins \(([\d.]+) against ([\d.]+) TFLOP/s at n = 2048\)")
+def _(D, F):
+    return [matmul(D, "register_blocked", 2048).tflops, matmul(D, "smem_tiled", 2048).tflops]
+
+
+@prose(CH02, r"Only n = 2048 is in results.csv: ([\d.]+) TFLOP/s, ([\d.]+)× cuBLAS measured in the same run \(([\d.]+)\)")
+def _(D, F):
+    r, c = matmul(D, "register_blocked", 2048), matmul(D, "cublas", 2048)
+    return [r.tflops, r.tflops / c.tflops, c.tflops]
+
+
+CH03 = "docs/03_safe_softmax.md"
+
+
+@prose(CH03, r"H100 at C = 2²⁰: ([\d.]+) / ([\d.]+) ms = ([\d.]+)\.")
+def _(D, F):
+    s, n = softmax(D, "03_safe_softmax", "safe", 1048576), softmax(D, "03_safe_softmax", "naive", 1048576)
+    return [s.ms, n.ms, s.ms / n.ms]
+
+
+@prose(CH03, r"safe falls to ([\d.]+) TB/s")
+def _(D, F):
+    return [softmax(D, "03_safe_softmax", "safe", 256).gbps / 1000]
+
+
+@prose(CH03, r"Safe's model bytes per second even exceed the copy's by (\d+)%")
+def _(D, F):
+    s, c = softmax(D, "03_safe_softmax", "safe", 1048576), softmax(D, "03_safe_softmax", "copy", 1048576)
+    return [100 * (s.gbps / c.gbps - 1)]
+
+
+@prose(CH03, r"grows from ([\d.]+) GB to")
+def _(D, F):
+    return [Bytes(softmax(D, "03_safe_softmax", "safe", 1048576).io_model_bytes)]
+
+
+CH04 = "docs/04_online_softmax.md"
+
+
+def sm4(D, v, C):
+    return softmax(D, "04_online_softmax", v, C)
+
+
+@prose(CH04, r"online's two passes take about (\d+)% longer than naive's two \(([\d.]+) against ([\d.]+) ms at C = 16384")
+def _(D, F):
+    o, n = sm4(D, "online", 16384), softmax(D, "03_safe_softmax", "naive", 16384)
+    return [100 * (o.ms / n.ms - 1), o.ms, n.ms]
+
+
+@prose(CH04, r"At C = 256, `online` takes ([\d.]+) ms, twice the copy's ([\d.]+), although it moves ([\d.]+) times")
+def _(D, F):
+    o, c = sm4(D, "online", 256), sm4(D, "copy", 256)
+    return [o.ms, c.ms, o.io_model_bytes / c.io_model_bytes]
+
+
+@prose(CH04, r"reads each row once: ([\d.]+) ms on the H100, ([\d.]+) of the copy's time")
+def _(D, F):
+    o, c = sm4(D, "on_chip", 256), sm4(D, "copy", 256)
+    return [o.ms, o.ms / c.ms]
+
+
+@prose(CH04, r"results.csv has d = 64 only: ([\d.]+) TFLOP/s at every N")
+def _(D, F):
+    return [[r.tflops for r in D.rows if r.variant == "attention_row"][k] for k in (0,)]
+
+
+@prose(CH04, r"its ([\d.]+) GB at N = 16384 take ([\d.]+) ms")
+def _(D, F):
+    r = D.one("04_online_softmax", "attention_row", "fp32", N=16384, d=64)
+    return [Bytes(r.io_model_bytes), r.ms]
+
+
+CH05 = "docs/05_flash_v1.md"
+
+
+@prose(CH05, r"results.csv holds their counts at B = 1, H = 4, N = 512: ([\d.]+) MB and ([\d.]+) MB")
+def _(D, F):
+    a = attn(D, "05_flash_v1", "flash_v1", "fp32", 1, 4, 512, 64)
+    b = attn(D, "06_flash_v2", "flash_v2", "fp32", 1, 4, 512, 64)
+    return [Bytes(a.io_counted_bytes, "MB"), Bytes(b.io_counted_bytes, "MB")]
+
+
+@prose(CH05, r"stage 06's ([\d.]+) GB of SM↔L2 traffic are ([\d.]+) GB of DRAM traffic, FA-1's ([\d.]+) GB are ([\d.]+) GB")
+def _(D, F):
+    a = attn(D, "06_flash_v2", "flash_v2", "fp32", 8, 32, 4096, 64)
+    b = attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, 4096, 64)
+    return [Bytes(a.l2), Bytes(a.dram), Bytes(b.l2), Bytes(b.dram)]
+
+
+@prose(CH05, r"the exact model \(and the measurement\) is ([\d.]+) GB, two thirds of standard attention's ([\d.]+) GB rather than a tenth\. FA-1 is slower than standard attention there: ([\d.]+) against ([\d.]+) ms")
+def _(D, F):
+    f = attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 16, 4096, 128)
+    s_ = attn(D, "05_flash_v1", "standard", "fp32", 8, 16, 4096, 128)
+    return [Bytes(f.io_model_bytes), Bytes(s_.io_model_bytes), f.ms, s_.ms]
+
+
+@prose(CH05, r"On the H100 the bytes go ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) GB and the time ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) ms")
+def _(D, F):
+    rs = [attn(D, "05_flash_v1", "flash_v1", "fp32", 64, 16, 1024, 64, M=m) for m in (4096, 8192, 16384, 32768, 65536)]
+    return [Bytes(r.io_model_bytes) for r in rs] + [r.ms for r in rs]
+
+
+@prose(CH05, r"the causal run takes ([\d.]+) ms and ([\d.]+) GB, the non-causal ([\d.]+) ms and ([\d.]+) GB")
+def _(D, F):
+    c = attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, 4096, 64, 1)
+    n = attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, 4096, 64, 0)
+    return [c.ms, Bytes(c.io_model_bytes), n.ms, Bytes(n.io_model_bytes)]
+
+
+@prose(CH05, r"the runtime with it — ([\d.]+), ([\d.]+), ([\d.]+) ms at Bc = 16, 32, 64 — until compute dominates: ([\d.]+) ms at 128 and ([\d.]+) at 256")
+def _(D, F):
+    return [attn(D, "05_flash_v1", "flash_v1", "fp32", 64, 16, 1024, 64, M=m).ms for m in (4096, 8192, 16384, 32768, 65536)]
+
+
+@prose(CH05, r"At N = 4096 standard attention moves ([\d.]+) GB between the SMs and L2 \(measured = model\) and ([\d.]+) GB to and from DRAM")
+def _(D, F):
+    r = attn(D, "05_flash_v1", "standard", "fp32", 8, 32, 4096, 64)
+    return [Bytes(r.io_model_bytes), Bytes(r.dram)]
+
+
+@prose(CH05, r"all of it is DRAM traffic \(([\d.]+) GB\)")
+def _(D, F):
+    return [Bytes(attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, 4096, 64).dram)]
+
+
+@prose(CH05, r"FA-1's DRAM traffic is ([\d.]+) of standard's")
+def _(D, F):
+    g = lambda v: attn(D, "05_flash_v1", v, "fp32", 8, 32, 4096, 64)  # noqa: E731
+    return [g("flash_v1").dram / g("standard").dram]
+
+
+@prose(CH05, r"FA-1 is ([\d.]+)× faster than standard at N = 4096, at ([\d.]+) TFLOP/s, nearly flat across N \(([\d.]+) → ([\d.]+)\)")
+def _(D, F):
+    g = lambda v, n=4096: attn(D, "05_flash_v1", v, "fp32", 8, 32, n, 64)  # noqa: E731
+    return [g("standard").ms / g("flash_v1").ms, g("flash_v1").tflops, g("flash_v1", 512).tflops, g("flash_v1", 16384).tflops]
+
+
+@prose(CH05, r"standard attention gets more efficient as N grows \(([\d.]+) → ([\d.]+) TFLOP/s\)")
+def _(D, F):
+    return [attn(D, "05_flash_v1", "standard", "fp32", 8, 32, n, 64).tflops for n in (512, 4096)]
+
+
+@prose(CH05, r"stage 03's safe softmax in results.csv: (\d+) GB/s at C = 1024, (\d+) at C = 4096")
+def _(D, F):
+    return [softmax(D, "03_safe_softmax", "safe", c).gbps for c in (1024, 4096)]
+
+
+@prose(CH05, r"runs at ([\d.]+) TFLOP/s: our FA-1 reaches ([\d.]+)× of it")
+def _(D, F):
+    e = attn(D, "05_flash_v1", "pytorch_efficient", "fp32", 8, 32, 4096, 64)
+    f = attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, 4096, 64)
+    return [e.tflops, f.tflops / e.tflops]
+
+
+@prose(CH05, r"FA-1 is \*slower\* than standard here, ([\d.]+) against ([\d.]+) ms at N = 4096")
+def _(D, F):
+    return [attn(D, "05_flash_v1", v, "fp32", 8, 16, 4096, 128).ms for v in ("flash_v1", "standard")]
+
+
+@prose(CH05, r"FA-1 moves about 12·N²·d/Bc: ([\d.]+) GB \(model = measured\), two thirds of standard's ([\d.]+) GB")
+def _(D, F):
+    return [Bytes(attn(D, "05_flash_v1", v, "fp32", 8, 16, 4096, 128).io_model_bytes) for v in ("flash_v1", "standard")]
+
+
+@prose(CH05, r"For B = 8, H = 32, N = 4096, d = 64 that is ([\d.]+) GB")
+def _(D, F):
+    return [Bytes(attn(D, "05_flash_v1", "standard", "fp32", 8, 32, 4096, 64).io_model_bytes)]
+
+
+@prose(CH05, r"Standard's peak grows as N²: ([\d.]+) GB at N = 1024, ([\d.]+) GB at 4096")
+def _(D, F):
+    return [Bytes(attn(D, "05_flash_v1", "standard", "fp32", 8, 32, n, 64).peak_mem_bytes) for n in (1024, 4096)]
+
+
+@prose(CH05, r"FA-1's grows as N: ([\d.]+), ([\d.]+), ([\d.]+) GB at N = 1024, 4096, 16384")
+def _(D, F):
+    return [Bytes(attn(D, "05_flash_v1", "flash_v1", "fp32", 8, 32, n, 64).peak_mem_bytes) for n in (1024, 4096, 16384)]
+
+
+CH06 = "docs/06_flash_v2.md"
+
+
+@prose(CH06, r"Q and O: ([\d.]+) GB, measured exactly on the H100\. DRAM: only the four tensors once, 4 × (\d+) MB = ([\d.]+) GB, measured ([\d.]+) GB")
+def _(D, F):
+    r = attn(D, "06_flash_v2", "flash_v2", "fp32", 8, 32, 4096, 64)
+    tensor = 8 * 32 * 4096 * 64 * 4
+    return [Bytes(r.l2), Bytes(tensor, "MB"), Bytes(4 * tensor), Bytes(r.dram)]
+
+
+@prose(CH06, r"The rungs, as a fraction of FA-2 at N = 4096, d = 64, fp16: mma (\d+) %, ldmatrix (\d+) %, cp_async (\d+) %, tuned (\d+) %, lazy_rescale (\d+) %")
+def _(D, F):
+    g = lambda v: grid(D, "06_flash_v2", v, "fp16", 64, 4096).tflops  # noqa: E731
+    return [100 * g(v) / g("pytorch_flash") for v in ("mma", "ldmatrix", "cp_async", "tuned", "lazy_rescale")]
+
+
+def ratio_range(D, num, den, dtypes=("fp16", "bf16"), ds=(64, 128), Ns=(1024, 4096, 16384), causal=(0, 1), stage="06_flash_v2"):
+    vals = [grid(D, stage, num, t, d, N, c).tflops / grid(D, stage, den, t, d, N, c).tflops
+            for t in dtypes for d in ds for N in Ns for c in causal]
+    return min(vals), max(vals)
+
+
+@prose(CH06, r"The last rung is ([\d.]+)–([\d.]+)× FA-2 in all 24 cells: at d = 64 (\d+)–(\d+) % faster, at d = 128 (\d+)–(\d+) %")
+def _(D, F):
+    lo, hi = ratio_range(D, "lazy_rescale", "pytorch_flash")
+    a, b = ratio_range(D, "lazy_rescale", "pytorch_flash", ds=(64,))
+    c, d = ratio_range(D, "lazy_rescale", "pytorch_flash", ds=(128,))
+    return [lo, hi, 100 * (a - 1), 100 * (b - 1), 100 * (c - 1), 100 * (d - 1)]
+
+
+@prose(CH06, r"With FA-2's own steps \(`tuned`\), d = 64 is (\d+)–(\d+) % ahead of FA-2, but d = 128 is level: ([\d.]+)–([\d.]+)× in results.csv")
+def _(D, F):
+    a, b = ratio_range(D, "tuned", "pytorch_flash", ds=(64,))
+    c, d = ratio_range(D, "tuned", "pytorch_flash", ds=(128,))
+    return [100 * (a - 1), 100 * (b - 1), c, d]
+
+
+@prose(CH06, r"in results.csv \+(\d+) to \+(\d+) % at d = 128 and −(\d+) to \+(\d+) % at d = 64")
+def _(D, F):
+    a, b = ratio_range(D, "lazy_rescale", "tuned", ds=(128,))
+    c, d = ratio_range(D, "lazy_rescale", "tuned", ds=(64,))
+    return [100 * (a - 1), 100 * (b - 1), 100 * (1 - c), 100 * (d - 1)]
+
+
+@prose(CH06, r"is still ([\d.]+)–([\d.]+)× faster than the last rung")
+def _(D, F):
+    lo, hi = ratio_range(D, "pytorch_cudnn", "lazy_rescale", dtypes=("fp16",))
+    return [lo, hi]
+
+
+@prose(CH06, r"Measured worst errors over results.csv's sweep: fp16 ([\d.]+)·10⁻⁴, bf16 ([\d.]+)·10⁻³, fp32 ([\d.]+)·10⁻⁶")
+def _(D, F):
+    worst = lambda t: max(r.max_rel_err for r in D.rows if r.stage == "06_flash_v2" and r.dtype == t  # noqa: E731
+                          and r.variant not in ("flash_v1", "triton_fa2") and not r.variant.startswith("pytorch"))
+    return [worst("fp16") * 1e4, worst("bf16") * 1e3, worst("fp32") * 1e6]
+
+
+@prose(CH06, r"FA-2's DRAM traffic is the four tensors once \(4 × (\d+) MB\); the ([\d.]+) GB of K and V re-reads")
+def _(D, F):
+    r = attn(D, "06_flash_v2", "flash_v2", "fp32", 8, 32, 4096, 64)
+    tensor = 8 * 32 * 4096 * 64 * 4
+    return [Bytes(tensor, "MB"), Bytes(r.l2 - 4 * tensor)]  # K and V after their first reading
+
+
+CH07 = "docs/07_backward.md"
+
+
+def bwd(D, v, d, N, c=0, t="fp16"):
+    return grid(D, "07_backward", v, t, d, N, c)
+
+
+def fastest(d):
+    return "wide" if d == 64 else "split"
+
+
+CELLS = [(t, d, N, c) for t in ("fp16", "bf16") for d in (64, 128) for N in (1024, 4096, 16384) for c in (0, 1)]
+
+
+def bwd_range(D, f, where=lambda t, d, N, c: True):
+    vals = [f(t, d, N, c) for t, d, N, c in CELLS if where(t, d, N, c)]
+    return min(vals), max(vals)
+
+
+@prose(CH07, r"behind it from N = 4096 \(([\d.]+) and ([\d.]+) at d = 64, not causal\)")
+def _(D, F):
+    return [bwd(D, "tc", 64, N).tflops / bwd(D, "pytorch_flash_bwd", 64, N).tflops for N in (4096, 16384)]
+
+
+@prose(CH07, r"the fastest rung is ahead in all 24 cells, ([\d.]+)–([\d.]+)×")
+def _(D, F):
+    return list(bwd_range(D, lambda t, d, N, c: bwd(D, fastest(d), d, N, c, t).tflops / bwd(D, "pytorch_flash_bwd", d, N, c, t).tflops))
+
+
+@prose(CH07, r"`split` is (\d+)–(\d+)% faster than `tuned` at d = 128 and `wide` (\d+)–(\d+)% faster at d = 64")
+def _(D, F):
+    f = lambda t, d, N, c: bwd(D, fastest(d), d, N, c, t).tflops / bwd(D, "tuned", d, N, c, t).tflops  # noqa: E731
+    a, b = bwd_range(D, f, lambda t, d, N, c: d == 128)
+    x, y = bwd_range(D, f, lambda t, d, N, c: d == 64)
+    return [100 * (a - 1), 100 * (b - 1), 100 * (x - 1), 100 * (y - 1)]
+
+
+@prose(CH07, r"cuDNN's backward is ([\d.]+)–([\d.]+)× ours at N ≥ 4096 \(ours is (\d+)–(\d+)% of it there; (\d+)–(\d+)% at N = 1024\)")
+def _(D, F):
+    f = lambda t, d, N, c: bwd(D, fastest(d), d, N, c, t).tflops / bwd(D, "pytorch_cudnn_bwd", d, N, c, t).tflops  # noqa: E731
+    a, b = bwd_range(D, f, lambda t, d, N, c: N >= 4096)
+    x, y = bwd_range(D, f, lambda t, d, N, c: N == 1024)
+    return [1 / b, 1 / a, 100 * a, 100 * b, 100 * x, 100 * y]
+
+
+@prose(CH07, r"The deterministic variants cost (\d+)–(\d+)% at N ≥ 4096 against `wide` and (\d+)–(\d+)% against `split`, and (\d+)–(\d+)% at N = 1024 \(([\d.]+)–([\d.]+)×\)")
+def _(D, F):
+    f = lambda t, d, N, c: bwd(D, fastest(d) + "_deterministic", d, N, c, t).tflops / bwd(D, fastest(d), d, N, c, t).tflops  # noqa: E731
+    a, b = bwd_range(D, f, lambda t, d, N, c: N >= 4096 and d == 64)
+    x, y = bwd_range(D, f, lambda t, d, N, c: N >= 4096 and d == 128)
+    p, q = bwd_range(D, f, lambda t, d, N, c: N == 1024)
+    return [100 * (1 - b), 100 * (1 - a), 100 * (1 - y), 100 * (1 - x), max(0, 100 * (1 - q)), 100 * (1 - p), p, min(q, 1)]
+
+
+@prose(CH07, r"Standard attention \(cuBLAS, P kept\) reaches (\d+)–(\d+) TFLOP/s at d = 64 and (\d+)–(\d+) at d = 128 not causal")
+def _(D, F):
+    a = [bwd(D, "standard", 64, N).tflops for N in (1024, 4096, 16384)]
+    b = [bwd(D, "standard", 128, N).tflops for N in (1024, 4096, 16384)]
+    return [min(a), max(a), min(b), max(b)]
+
+
+@prose(CH07, r"In bf16 our atomic rungs are within (\d+)% of their fp16 TFLOP/s in every cell \(fastest / FA-2, where FA-2's own bf16 time moves by up to (\d+)%: ([\d.]+) / ([\d.]+) / ([\d.]+), ([\d.]+) / ([\d.]+) / ([\d.]+), ([\d.]+) / ([\d.]+) / ([\d.]+), ([\d.]+) / ([\d.]+) / ([\d.]+) in the same order\)")
+def _(D, F):
+    ours = [bwd(D, v, d, N, c, "bf16").tflops / bwd(D, v, d, N, c).tflops
+            for d in (64, 128) for v in ("tc", "tuned", fastest(d)) for N in (1024, 4096, 16384) for c in (0, 1)]
+    fa2 = [bwd(D, "pytorch_flash_bwd", d, N, c, "bf16").tflops / bwd(D, "pytorch_flash_bwd", d, N, c).tflops
+           for d in (64, 128) for N in (1024, 4096, 16384) for c in (0, 1)]
+    out = [100 * max(abs(x - 1) for x in ours) + 0.49, 100 * max(abs(x - 1) for x in fa2)]  # "within 2%": at most
+    for d, c in ((64, 0), (64, 1), (128, 0), (128, 1)):
+        out += [bwd(D, fastest(d), d, N, c, "bf16").tflops / bwd(D, "pytorch_flash_bwd", d, N, c, "bf16").tflops
+                for N in (1024, 4096, 16384)]
+    return out
+
+
+@prose(CH07, r"Standard attention's DRAM bytes equal its model to ([\d.]+)% \(([\d.]+) GB\)")
+def _(D, F):
+    r = D.one("07_backward", "standard_fwdbwd", "fp16", B=64, H=16, N=1024, d=64, causal=0)
+    return [100 * abs(r.dram / r.io_model_bytes - 1) + 0.004, Bytes(r.dram)]
+
+
+@prose(CH07, r"a floor of ([\d.]+) GB at the ([\d.]+) TB/s this H100 copies 1 GB at \(io_probe, \[summary\]\(results/h100/summary.md\)\): ([\d.]+) ms, and it runs at ([\d.]+) ms")
+def _(D, F):
+    r = D.one("07_backward", "standard_fwdbwd", "fp16", B=64, H=16, N=1024, d=64, causal=0)
+    copy = max((p for p in D.rows if p.stage == "io_probe"), key=lambda p: p.io_model_bytes)
+    return [Bytes(r.dram), copy.gbps / 1000, r.dram / copy.gbps / 1e6, r.ms]
+
+
+@prose(CH07, r"would be only ([\d.]+)× slower than ours")
+def _(D, F):
+    r = D.one("07_backward", "standard_fwdbwd", "fp16", B=64, H=16, N=1024, d=64, causal=0)
+    ours = D.one("07_backward", "wide_fwdbwd", "fp16", B=64, H=16, N=1024, d=64, causal=0)
+    copy = max((p for p in D.rows if p.stage == "io_probe"), key=lambda p: p.io_model_bytes)
+    return [r.dram / copy.gbps / 1e6 / ours.ms]
+
+
+@prose(CH07, r"SDPA's math backend takes ([\d.]+) ms, ([\d.]+)× our FlashAttention")
+def _(D, F):
+    sh = dict(B=64, H=16, N=1024, d=64, causal=0)
+    m = D.one("07_backward", "pytorch_math_fwdbwd", "fp16", **sh)
+    return [m.ms, m.ms / D.one("07_backward", "wide_fwdbwd", "fp16", **sh).ms]
+
+
+@prose(CH07, r"Our own FlashAttention is ([\d.]+)× faster than FA-2 forward \+ backward at this shape, and ([\d.]+)× slower than cuDNN")
+def _(D, F):
+    sh = dict(B=64, H=16, N=1024, d=64, causal=0)
+    ours = D.one("07_backward", "wide_fwdbwd", "fp16", **sh).ms
+    return [D.one("07_backward", "pytorch_flash_fwdbwd", "fp16", **sh).ms / ours,
+            ours / D.one("07_backward", "pytorch_cudnn_fwdbwd", "fp16", **sh).ms]
+
+
+@prose(CH07, r"fp16 d = 64 \(B·N = 16384, H = 32\): (\d+) / (\d+) / (\d+) TFLOP/s at N = 1k / 4k / 16k, and ([\d.]+) GB of device memory at 16k, where FlashAttention needs ([\d.]+) GB")
+def _(D, F):
+    out = [bwd(D, "standard", 64, N).tflops for N in (1024, 4096, 16384)]
+    return out + [Bytes(bwd(D, "standard", 64, 16384).peak_mem_bytes), Bytes(bwd(D, "wide", 64, 16384).peak_mem_bytes)]
+
+
+@prose(CH07, r"`peak_mem_bytes` in results.csv; ([\d.]+) GB deterministic\)")
+def _(D, F):
+    return [Bytes(bwd(D, "wide_deterministic", 64, 16384).peak_mem_bytes)]
+
+
+@prose(CH07, r"fp32 at B = 4, H = 8, N = 1024, d = 64: standard ([\d.]+) ms, ([\d.]+) GB SM↔L2, ([\d.]+) GB of device memory; FlashAttention's fp32 kernel ([\d.]+) ms \(([\d.]+)× faster, ([\d.]+) TFLOP/s\), ([\d.]+) GB SM↔L2, ([\d.]+) GB")
+def _(D, F):
+    s_ = D.one("07_backward", "standard", "fp32", B=4, H=8, N=1024, d=64, causal=0)
+    f = D.one("07_backward", "flash_bwd", "fp32", B=4, H=8, N=1024, d=64, causal=0)
+    return [s_.ms, Bytes(s_.l2), Bytes(s_.peak_mem_bytes), f.ms, s_.ms / f.ms, f.tflops, Bytes(f.l2), Bytes(f.peak_mem_bytes)]
+
+
+@prose(CH07, r"the exact model is ([\d.]+) GB and the H100 measured ([\d.]+) GB\. Standard attention's backward model, 7e·N² \+ 8e·N·d a head, is ([\d.]+) GB: only ([\d.]+)× more between the SMs and L2\. The large saving is in DRAM and in memory: ([\d.]+) GB of DRAM traffic against ([\d.]+) GB, and ([\d.]+) GB of device memory against ([\d.]+) GB")
+def _(D, F):
+    w, s_ = bwd(D, "wide", 64, 16384), bwd(D, "standard", 64, 16384)
+    return [Bytes(w.io_model_bytes), Bytes(w.l2), Bytes(s_.io_model_bytes), s_.io_model_bytes / w.io_model_bytes,
+            Bytes(w.dram), Bytes(s_.dram), Bytes(w.peak_mem_bytes), Bytes(s_.peak_mem_bytes)]
+
+
+README = "README.md"
+
+
+@prose(README, r"In fp32, FA-2 runs at ([\d.]+) TFLOP/s at B = 8, H = 32, N = 4096, d = 64: ([\d.]+)× stage 05's FA-1 and ([\d.]+)× PyTorch's mem-efficient kernel; at B = 1, H = 8, N = 16384, where FA-1's one block per head leaves most SMs idle, ([\d.]+)× FA-1")
+def _(D, F):
+    g = lambda v, B=8, H=32, N=4096: attn(D, "06_flash_v2", v, "fp32", B, H, N, 64)  # noqa: E731
+    return [g("flash_v2").tflops, g("flash_v1").ms / g("flash_v2").ms, g("flash_v2").tflops / g("pytorch_efficient").tflops,
+            g("flash_v1", 1, 8, 16384).ms / g("flash_v2", 1, 8, 16384).ms]
+
+
+@prose(README, r"standard attention ([\d.]+) ms, ([\d.]+) GB to DRAM; ours \(stage 06 `tuned` \+ stage 07 `wide`\) ([\d.]+) ms, ([\d.]+) GB \(([\d.]+)× faster, ([\d.]+)× less traffic; the paper's A100 ratios are ([\d.]+)× and ([\d.]+)×, and the chapter shows why this GPU gives less\); FA-2 ([\d.]+) ms, cuDNN ([\d.]+) ms")
+def _(D, F):
+    sh = dict(B=64, H=16, N=1024, d=64, causal=0)
+    g = lambda v: D.one("07_backward", v, "fp16", **sh)  # noqa: E731
+    s_, o = g("standard_fwdbwd"), g("wide_fwdbwd")
+    return [s_.ms, Bytes(s_.dram), o.ms, Bytes(o.dram), s_.ms / o.ms, s_.dram / o.dram, 41.7 / 7.3, 40.3 / 4.4,
+            g("pytorch_flash_fwdbwd").ms, g("pytorch_cudnn_fwdbwd").ms]
+
+
+@prose(README, r"A device-to-device copy of 1 GB runs at ([\d,]+) GB/s")
+def _(D, F):
+    return [max((p for p in D.rows if p.stage == "io_probe"), key=lambda p: p.io_model_bytes).gbps]
+
+
+@prose(README, r"ready \(last rung ([\d.]+)–([\d.]+)× FA-2 in all 24 cells\)")
+def _(D, F):
+    return list(ratio_range(D, "lazy_rescale", "pytorch_flash"))
+
+
+@prose(README, r"ready \(fastest rung ([\d.]+)–([\d.]+)× FA-2's backward in all 24 cells; Fig. 2 forward \+ backward ([\d.]+)× faster than standard, ([\d.]+)× less DRAM traffic\)")
+def _(D, F):
+    sh = dict(B=64, H=16, N=1024, d=64, causal=0)
+    s_, o = (D.one("07_backward", v, "fp16", **sh) for v in ("standard_fwdbwd", "wide_fwdbwd"))
+    lo, hi = bwd_range(D, lambda t, d, N, c: bwd(D, fastest(d), d, N, c, t).tflops / bwd(D, "pytorch_flash_bwd", d, N, c, t).tflops)
+    return [lo, hi, s_.ms / o.ms, s_.dram / o.dram]
+
+
+@prose(CH02, r"\(that path needs 167 registers\): ([\d.]+) TFLOP/s, ([\d.]+)× cuBLAS \(\[ragged.txt\]\(results/h100/ragged.txt\)\)\. It also moves ([\d.]+) GB instead of the model's ([\d.]+)")
+def _(D, F):
+    rows = {(r["variant"], r["shape"]): r for r in F["ragged"]}
+    rb, cb = rows[("register_blocked", "M=4095 N=4095 K=4095")], rows[("cublas", "M=4095 N=4095 K=4095")]
+    return [float(rb["tflops"]), float(rb["tflops"]) / float(cb["tflops"]),
+            Bytes(float(rb["l2_read_bytes"]) + float(rb["l2_write_bytes"])), Bytes(float(rb["io_model_bytes"]))]
+
+
+@prose(CH02, r"At n = 4092 \(16-byte path, rows 16 bytes off the sector grid\) it is ([\d.]+) TFLOP/s with ([\d.]+) GB")
+def _(D, F):
+    rb = {(r["variant"], r["shape"]): r for r in F["ragged"]}[("register_blocked", "M=4092 N=4092 K=4092")]
+    return [float(rb["tflops"]), Bytes(float(rb["l2_read_bytes"]) + float(rb["l2_write_bytes"]))]
+
+
+@prose(CH06, r"At d = 128 the same table ends ([\d.]+) / ([\d.]+) / ([\d.]+) / ([\d.]+) / \*\*([\d.]+)\*\* ms against FA-2's ([\d.]+) ms \(ncu, one launch each, \[ncu_06_ladder.csv\]\(results/h100/ncu_06_ladder.csv\)\), tensor pipe ([\d.]+) % / \*\*([\d.]+) %\*\* against ([\d.]+) %")
+def _(D, F):
+    ncu = {r["kernel"]: r for r in F["ncu_06_ladder"] if " d=128 " in r["shape"]}
+    t = lambda k: float(ncu[k]["gpu__time_duration.sum"]) / 1e6  # noqa: E731
+    p = lambda k: float(ncu[k]["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"])  # noqa: E731
+    return [t("mma"), t("ldmatrix"), t("cp_async"), t("tuned"), t("lazy_rescale"), t("pytorch_flash (FA-2)"),
+            p("tuned"), p("lazy_rescale"), p("pytorch_flash (FA-2)")]
+
+
+# --- running the checks --------------------------------------------------------------------------
+
+def run(root):
+    data = Data(os.path.join(root, "docs/results/h100/results.csv"))
+    files = {
+        "standard_breakdown": read_simple_csv(os.path.join(root, "docs/results/h100/standard_breakdown.csv")),
+        "ncu_06_ladder": read_simple_csv(os.path.join(root, "docs/results/h100/ncu_06_ladder.csv")),
+        "ragged": read_simple_csv(os.path.join(root, "docs/results/h100/ragged.csv")),
+    }
+    failures, cells = [], 0
+    by_file = {}
+    for name, (path, _) in SPECS.items():
+        by_file.setdefault(path, []).append(name)
+    docs = sorted({p for p, _ in SPECS.values()} | {"README.md"} |
+                  {os.path.join("docs", f) for f in os.listdir(os.path.join(root, "docs")) if f.endswith(".md")})
+    seen = set()
+    for path in docs:
+        full = os.path.join(root, path)
+        if not os.path.exists(full):
+            failures.append(f"{path}: missing")
+            continue
+        try:
+            tables = tables_after_markers(full)
+        except ValueError as e:
+            failures.append(str(e))
+            continue
+        for name, (header, rows, line) in tables.items():
+            seen.add(name)
+            if name not in SPECS:
+                failures.append(f"{path}:{line}: marker {name!r} names no spec in check_numbers.py")
+                continue
+            spec_path, fn = SPECS[name]
+            if spec_path != path:
+                failures.append(f"{path}:{line}: marker {name!r} belongs to {spec_path}")
+                continue
+            for cells_ in rows:
+                row = TableRow(header, cells_)
+                try:
+                    expected = fn(row, data, files)
+                except (LookupError, ValueError, KeyError, TypeError, ZeroDivisionError) as e:
+                    failures.append(f"{path}:{line} [{name}] row {cells_[:3]}: {type(e).__name__}: {e}")
+                    continue
+                for column, want in expected.items():
+                    if column not in row:
+                        failures.append(f"{path}:{line} [{name}]: no column {column!r} (header: {header})")
+                        continue
+                    cells += 1
+                    problem = compare_cell(row[column], want)
+                    if problem:
+                        failures.append(f"{path}:{line} [{name}] row {' | '.join(cells_[:3])} / {column}: {problem}")
+    for name, (path, _) in SPECS.items():
+        if name not in seen:
+            failures.append(f"{path}: no table marked <!-- numbers: {name} -->")
+    for path, pattern, fn in PROSE:
+        with open(os.path.join(root, path), encoding="utf-8") as f:
+            text = re.sub(r"\s+", " ", f.read())  # a sentence may be wrapped anywhere
+        found = list(re.finditer(pattern, text))
+        if len(found) != 1:
+            failures.append(f"{path}: pattern {pattern!r} matched {len(found)} times (expected once)")
+            continue
+        try:
+            want = fn(data, files)
+        except (LookupError, ValueError, KeyError) as e:
+            failures.append(f"{path}: {pattern!r}: {type(e).__name__}: {e}")
+            continue
+        for k, w in enumerate(want):
+            cells += 1
+            problem = compare_cell(found[0].group(k + 1), w)
+            if problem:
+                failures.append(f"{path}: {pattern!r}, number {k + 1}: {problem}")
+    return failures, cells, len(seen), len(PROSE)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    args = p.parse_args()
+    failures, cells, tables, texts = run(args.root)
+    for f in failures:
+        print("MISMATCH " + f)
+    if failures:
+        print(f"check_numbers: {len(failures)} problem(s)")
+        return 1
+    print(f"check_numbers: {cells} numbers in {tables} tables and {texts} sentences match the data")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
