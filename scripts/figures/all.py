@@ -1,0 +1,16 @@
+"""Makes every concept figure in docs/figures/: python3 scripts/figures/all.py"""
+import loop_orders
+import matmul_tiling
+import memory_hierarchy
+import mma_fragments
+import split_k_vs_split_q
+import swizzle
+
+if __name__ == "__main__":
+    memory_hierarchy.main()
+    matmul_tiling.main()
+    loop_orders.main()
+    split_k_vs_split_q.main()
+    mma_fragments.fragments()
+    mma_fragments.s_to_p()
+    swizzle.main()
