@@ -1,4 +1,5 @@
 """Makes every concept figure in docs/figures/: python3 scripts/figures/all.py"""
+import fa3_pingpong
 import fa3_pipeline
 import loop_orders
 import matmul_tiling
@@ -16,3 +17,4 @@ if __name__ == "__main__":
     mma_fragments.s_to_p()
     swizzle.main()
     fa3_pipeline.main()
+    fa3_pingpong.main()
