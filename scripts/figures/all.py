@@ -1,4 +1,6 @@
 """Makes every concept figure in docs/figures/: python3 scripts/figures/all.py"""
+import fa3_pingpong
+import fa3_pipeline
 import loop_orders
 import matmul_tiling
 import memory_hierarchy
@@ -14,3 +16,5 @@ if __name__ == "__main__":
     mma_fragments.fragments()
     mma_fragments.s_to_p()
     swizzle.main()
+    fa3_pipeline.main()
+    fa3_pingpong.main()
