@@ -16,6 +16,7 @@ import argparse
 import csv
 import math
 import os
+import statistics
 import sys
 from collections import OrderedDict
 
@@ -106,17 +107,26 @@ def read_rows(paths):
 def merged(rows):
     """One record per (stage, variant, shape, dtype, GPU), with the CPU-only values of the same
     problem (the counted bytes) filled in; problems that only ran on the CPU keep a record of their
-    own. (fp16 and bf16 rows of one shape are two problems; a CSV without a dtype column has "".)"""
+    own. (fp16 and bf16 rows of one shape are two problems; a CSV without a dtype column has "".)
+    Several rows of one problem (rounds of the same run, or CSVs given together) give each column
+    its median; the record keeps each column's (min, max) in "range" and the number of rows in
+    "rounds", so that a table can show the spread."""
     gpu, cpu = OrderedDict(), OrderedDict()
     for r in rows:
         problem = (r["stage"], r["variant"], r["shape"], r.get("dtype") or "")
         on_cpu = r["device"] == "cpu"
         table, key = (cpu, problem) if on_cpu else (gpu, problem + (r["device"],))
         rec = table.setdefault(key, dict(stage=r["stage"], variant=r["variant"], shape=r["shape"],
-                                         dtype=problem[3], device=None if on_cpu else r["device"]))
+                                         dtype=problem[3], device=None if on_cpu else r["device"],
+                                         rounds=0, values={}))
+        rec["rounds"] += 1
         for k in NUMERIC:
             if r[k] is not None:
-                rec[k] = r[k]
+                rec["values"].setdefault(k, []).append(r[k])
+    for rec in list(gpu.values()) + list(cpu.values()):
+        values = rec.pop("values")
+        rec["range"] = {k: (min(v), max(v)) for k, v in values.items()}
+        rec.update({k: statistics.median(v) for k, v in values.items()})
     records, covered = [], set()
     for key, rec in gpu.items():
         for k, v in cpu.get(key[:4], {}).items():
