@@ -7,15 +7,19 @@ Writes DIR/<family>_io.png (bytes moved vs problem size, log-log: the model as l
 count and the GPU's counters as markers), DIR/<family>_speed.png (speed vs size, with the peer the
 reader would otherwise use), DIR/io_probe.png (the check of the counters), the attention figures
 (attention_*.png, flash_v1_fig2.png; stage 06: flash_v2_ladder*.png, flash_v2_vs_fa2.png,
-flash_v2_io.png; stage 07: backward_ladder*.png, backward_vs_fa2.png, backward_fig2.png; without a
-GPU, attention_counted_io.png: stages 05-07's model and CPU count) and DIR/summary.md (with stage
-06's and 07's tables, and why a figure is missing), and prints the summary. Its figures that these
-rows do not give (an earlier run's) are removed from DIR. Without matplotlib it writes the summary.
+flash_v2_io.png; stage 07: backward_ladder*.png, backward_vs_fa2.png, backward_fig2.png; stage 08:
+flash_v3_ladder*.png, flash_v3_vs_cudnn.png, flash_v3_io.png; without a GPU,
+attention_counted_io.png: stages 05-08's model and CPU count) and DIR/summary.md (with stage 06's,
+07's and 08's tables, and why a figure is missing), and prints the summary. Several rows of one
+problem (rounds) count as their median; stage 08's table shows their min-max too. Its figures that
+these rows do not give (an earlier run's) are removed from DIR. Without matplotlib it writes the
+summary.
 """
 import argparse
 import csv
 import math
 import os
+import statistics
 import sys
 from collections import OrderedDict
 
@@ -83,6 +87,16 @@ FAMILIES = OrderedDict(
         speed="tflops",
         generic_plots=False,
     ),
+    # FlashAttention-3 on Hopper: plot_flash_v3 draws its figures (the ladder, tuned against cuDNN and
+    # FA-2, IO three ways).
+    flash_v3=dict(
+        stages=["08_flash_v3"],
+        peer=None,
+        xlabel="sequence length N",
+        title="FlashAttention-3",
+        speed="tflops",
+        generic_plots=False,
+    ),
 )
 
 NUMERIC = ["size", "flops", "ms", "tflops", "gbps", "io_model_bytes", "io_counted_bytes",
@@ -106,17 +120,26 @@ def read_rows(paths):
 def merged(rows):
     """One record per (stage, variant, shape, dtype, GPU), with the CPU-only values of the same
     problem (the counted bytes) filled in; problems that only ran on the CPU keep a record of their
-    own. (fp16 and bf16 rows of one shape are two problems; a CSV without a dtype column has "".)"""
+    own. (fp16 and bf16 rows of one shape are two problems; a CSV without a dtype column has "".)
+    Several rows of one problem (rounds of the same run, or CSVs given together) give each column
+    its median; the record keeps each column's (min, max) in "range" and the number of rows in
+    "rounds", so that a table can show the spread."""
     gpu, cpu = OrderedDict(), OrderedDict()
     for r in rows:
         problem = (r["stage"], r["variant"], r["shape"], r.get("dtype") or "")
         on_cpu = r["device"] == "cpu"
         table, key = (cpu, problem) if on_cpu else (gpu, problem + (r["device"],))
         rec = table.setdefault(key, dict(stage=r["stage"], variant=r["variant"], shape=r["shape"],
-                                         dtype=problem[3], device=None if on_cpu else r["device"]))
+                                         dtype=problem[3], device=None if on_cpu else r["device"],
+                                         rounds=0, values={}))
+        rec["rounds"] += 1
         for k in NUMERIC:
             if r[k] is not None:
-                rec[k] = r[k]
+                rec["values"].setdefault(k, []).append(r[k])
+    for rec in list(gpu.values()) + list(cpu.values()):
+        values = rec.pop("values")
+        rec["range"] = {k: (min(v), max(v)) for k, v in values.items()}
+        rec.update({k: statistics.median(v) for k, v in values.items()})
     records, covered = [], set()
     for key, rec in gpu.items():
         for k, v in cpu.get(key[:4], {}).items():
@@ -165,13 +188,16 @@ def variants_of(records, spec):
 FIGURES = [f"{family}_{kind}.png" for family in ("matmul", "softmax", "attention_row") for kind in ("io", "speed")] + [
     "io_probe.png", "attention_speed.png", "attention_io.png", "flash_v1_fig2.png", "flash_v2_ladder.png",
     "flash_v2_ladder_bf16.png", "flash_v2_vs_fa2.png", "flash_v2_io.png", "backward_ladder.png",
-    "backward_ladder_bf16.png", "backward_vs_fa2.png", "backward_fig2.png", "attention_counted_io.png"]
+    "backward_ladder_bf16.png", "backward_vs_fa2.png", "backward_fig2.png", "flash_v3_ladder.png",
+    "flash_v3_ladder_bf16.png", "flash_v3_vs_cudnn.png", "flash_v3_io.png", "attention_counted_io.png"]
 
 
-def save_figure(fig, out, name):
+def save_figure(fig, out, name, rect=None):
+    """Lays the figure out (inside rect, a (left, bottom, right, top) fraction of it, when given),
+    writes it to out/name and closes it."""
     assert name in FIGURES, f"{name}: add it to FIGURES"
     path = os.path.join(out, name)
-    fig.tight_layout()
+    fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
@@ -498,7 +524,7 @@ def plot_ladder(recs, dtype, out, name, spec=LADDER_V2):
                 top = max([top] + [p[1] for p in pts])
                 if pts:
                     ax.plot(*zip(*pts), marker=st["marker"], color=st["color"], label=st["label"],
-                            ls="--" if variant.startswith("pytorch") else "-")
+                            ls=st.get("ls", "--" if variant.startswith("pytorch") else "-"))
             ax.set_xscale("log", base=2)
             ns = sorted({c[2] for c in cells})
             ax.set_xticks(ns)
@@ -572,10 +598,17 @@ def plot_vs_fa2(recs, out, spec=LADDER_V2, name="flash_v2_vs_fa2.png"):
     return save_figure(fig, out, name)
 
 
-def plot_v2_io(recs, out):
-    """IO three ways: the model, the CPU count and the counters (SM↔L2, DRAM), for a few problems."""
-    picks = [(v, t, f, v2_find(recs, v, t, need="io_model_bytes", **f)) for v, t, f in IO_PICKS]
-    picks = [p for p in picks if p[3] is not None]
+def io_picks(recs, wanted):
+    """The records of `wanted` ((variant, dtype, shape fields) each) that have a model of their bytes,
+    as (variant, dtype, fields, record)."""
+    picks = [(v, t, f, v2_find(recs, v, t, need="io_model_bytes", **f)) for v, t, f in wanted]
+    return [p for p in picks if p[3] is not None]
+
+
+def plot_v2_io(recs, out, wanted=IO_PICKS, name="flash_v2_io.png", stage_name=""):
+    """IO three ways: the model, the CPU count and the counters (SM↔L2, DRAM), for a few problems
+    (stage_name, when given, opens the title)."""
+    picks = io_picks(recs, wanted)
     if not picks:
         return None
     kinds = [("model", "tab:blue", lambda r: r.get("io_model_bytes")),
@@ -601,13 +634,15 @@ def plot_v2_io(recs, out):
     ax.set_xticks(range(len(picks)))
     ax.set_xticklabels([f"{v} {t}\nB={f['B']} H={f['H']}\nN={f['N']} d={f['d']}" for v, t, f, _ in picks],
                        fontsize=7)
+    ax.set_xlim(-0.5, len(picks) - 0.5)  # every group's bars (and n/a marks) inside the axes
     ax.set_yscale("log")
     ax.set_ylim(top=ax.get_ylim()[1] * 8)  # room for the labels
     ax.set_ylabel("bytes read + written (not causal)")
     ax.grid(True, axis="y", which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(f"IO three ways: model, CPU count, hardware counters — {device_name(recs)}")
-    return save_figure(fig, out, "flash_v2_io.png")
+    ax.set_title(f"{stage_name + ', ' if stage_name else ''}IO three ways: model, CPU count, hardware counters — "
+                 f"{device_name(recs)}")
+    return save_figure(fig, out, name)
 
 
 def plot_flash_v2(records, out):
@@ -702,17 +737,237 @@ def plot_backward(records, out):
             plot_vs_fa2(recs, out, LADDER_BWD, "backward_vs_fa2.png"), plot_fig2(recs, out)]
 
 
+# --- FlashAttention-3 on Hopper (stage 08) ----------------------------------------------------------
+
+FLASH_V3 = "08_flash_v3"
+V3_RUNGS = ["wgmma", "tma", "warp_specialized", "pingpong", "overlap", "tuned"]  # the ladder, in order
+BEST_V3 = "tuned"  # the last rung: a persistent grid
+# tuned with one of its changes undone each (run only when named with --variants)
+V3_ABLATIONS = ["tuned_not_persistent", "tuned_lazy", "tuned_poly", "tuned_2_stages"]
+STAGE06_IN_V3 = "06_lazy_rescale"  # stage 06's last rung, run by stage 08's program on the same inputs
+V3_PEERS = ["pytorch_flash", "pytorch_cudnn"]  # FlashAttention-2 and cuDNN, through PyTorch's SDPA
+FLASH_V3_STYLE = OrderedDict([
+    ("wgmma", dict(color="tab:orange", marker="o", label="wgmma")),
+    ("tma", dict(color="tab:green", marker="s", label="tma")),
+    ("warp_specialized", dict(color="tab:purple", marker="^", label="warp_specialized")),
+    ("pingpong", dict(color="tab:brown", marker="<", label="pingpong")),
+    ("overlap", dict(color="tab:olive", marker=">", label="overlap")),
+    ("tuned", dict(color="tab:blue", marker="D", label="tuned (ours)")),
+    (STAGE06_IN_V3, dict(color="tab:cyan", marker="d", ls=":", label="06 lazy_rescale (stage 06's last rung)")),
+    ("pytorch_flash", dict(color="black", marker="v", label="FlashAttention-2 (SDPA flash)")),
+    ("pytorch_cudnn", dict(color="gray", marker="P", label="cuDNN (SDPA)")),
+])
+LADDER_V3 = dict(style=FLASH_V3_STYLE, rungs=V3_RUNGS, best=BEST_V3, fa2="pytorch_flash", cudnn="pytorch_cudnn",
+                 what="FlashAttention-3 forward (stage 08, medians of the rounds)", ladder="Stage 08's ladder",
+                 ylabel="TFLOP/s (4·B·H·N²·d, halved when causal)")
+# "IO three ways" for stage 08: the main job's counted line (N = 1000: TMA's boxes run past N) and two
+# cells of the ladder's grid (counters only: too large to count on the CPU).
+V3_SMALL = dict(B=1, H=4, N=1000, d=64, causal=0)
+V3_IO_PICKS = ([(v, "fp16", V3_SMALL) for v in (STAGE06_IN_V3, "wgmma", "tma", "tuned")] +
+               [(v, "fp16", dict(B=4, H=32, N=4096, d=64, causal=0))
+                for v in (STAGE06_IN_V3, "wgmma", "tma", "tuned")] +
+               [(v, "fp16", dict(B=1, H=16, N=16384, d=128, causal=0)) for v in (STAGE06_IN_V3, "tuned")])
+# Dense fp16/bf16 tensor-core peaks, TFLOP/s, by a piece of the GPU's name (NVIDIA's datasheets print
+# twice these, "with sparsity"); the first piece found in the name wins.
+DENSE_PEAK_TFLOPS = [("H100 PCIe", 756.0), ("NVL", 835.0), ("H100", 989.0), ("H200", 989.0)]
+
+
+def dense_peak_tflops(device):
+    """The GPU's dense fp16/bf16 peak in TFLOP/s, or None for a GPU not in DENSE_PEAK_TFLOPS."""
+    return next((peak for piece, peak in DENSE_PEAK_TFLOPS if piece in (device or "")), None)
+
+
+def v3_cells(recs, dtype):
+    """The cells of the ladder's grid (as ladder_cells) where one of stage 08's rungs was timed in
+    this dtype: the peers alone (on a GPU that cannot run the rungs) do not make a cell."""
+    return [c for c in ladder_cells(recs, dtype)
+            if any(v2_find(recs, v, dtype, **cell_fields(c)) for v in V3_RUNGS)]
+
+
+def tuned_against(recs, dtype, cell, peer):
+    """tuned's TFLOP/s as a % of the peer's in one cell, and how far below and above that its slowest
+    and fastest rounds lie (0, 0 with one round); None where either is missing."""
+    mine = v2_find(recs, BEST_V3, dtype, **cell_fields(cell))
+    theirs = v2_value(recs, peer, dtype, **cell_fields(cell))
+    if mine is None or not theirs:
+        return None
+    pct = 100 * mine["tflops"] / theirs
+    low, high = mine.get("range", {}).get("tflops", (mine["tflops"], mine["tflops"]))
+    return pct, pct - 100 * low / theirs, 100 * high / theirs - pct
+
+
+def plot_v3_vs_peers(recs, out):
+    """The last rung, tuned, as a % of cuDNN's and of FA-2's TFLOP/s in each cell of the ladder's grid,
+    one panel per dtype; error bars: tuned's slowest and fastest round against the peer's median."""
+    grid = {t: [c for c in v3_cells(recs, t) if any(tuned_against(recs, t, c, p) for p in V3_PEERS)]
+            for t in ("fp16", "bf16")}
+    dtypes = [t for t in grid if grid[t]]
+    if not dtypes:
+        return None
+    bars = [("pytorch_cudnn", "tuned as a % of cuDNN", "tab:blue"),
+            ("pytorch_flash", "tuned as a % of FlashAttention-2 (SDPA flash)", "silver")]
+    fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.3 * len(dtypes)), squeeze=False)
+    width = 0.4
+    for ax, dtype in zip(axes[:, 0], dtypes):
+        cells = grid[dtype]
+        highest = 120.0
+        for k, (peer, label, color) in enumerate(bars):
+            got = [tuned_against(recs, dtype, c, peer) or (math.nan, 0.0, 0.0) for c in cells]
+            pct = [g[0] for g in got]
+            if all(math.isnan(v) for v in pct):
+                continue  # this peer is missing in every cell (the other one is not)
+            xs = [i + (k - 0.5) * width for i in range(len(cells))]
+            ax.bar(xs, pct, width, color=color, label=label, yerr=[[g[1] for g in got], [g[2] for g in got]],
+                   error_kw=dict(lw=0.8, capsize=2, ecolor="black"))
+            for x, (v, _, above) in zip(xs, got):
+                if not math.isnan(v):
+                    ax.annotate(f"{v:.0f}", (x, v + above), xytext=(0, 2), textcoords="offset points",
+                                ha="center", va="bottom", fontsize=7)
+                    highest = max(highest, v + above)
+        ax.axhline(100, color="black", lw=1, ls="--", label="the peer = 100 %")
+        for i in range(1, len(cells)):
+            if cells[i][:2] != cells[i - 1][:2]:
+                ax.axvline(i - 0.5, color="gray", lw=0.8, ls=":")
+        ax.set_xticks(range(len(cells)))
+        ax.set_xticklabels([f"N={c[2]}\nd={c[0]}\n" + ("causal" if c[1] else "not causal") for c in cells],
+                           fontsize=7)
+        ax.set_xlim(-0.6, len(cells) - 0.4)
+        ax.set_ylim(0, highest * 1.12)
+        ax.set_ylabel("% of the peer's TFLOP/s")
+        ax.set_title(f"{dtype} (B·N = {LADDER_TOKENS}, H·d = {LADDER_WIDTH}; medians, bars: tuned's slowest "
+                     "and fastest round)")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"Stage 08's last rung (tuned) against cuDNN and FlashAttention-2 in each cell — "
+                 f"{device_name(recs)}")
+    return save_figure(fig, out, "flash_v3_vs_cudnn.png")
+
+
+def v3_io_picks(recs):
+    """The IO figure's problems, or [] when none has a CPU count or counters (the model alone is
+    no comparison)."""
+    picks = io_picks(recs, V3_IO_PICKS)
+    measured = [p for p in picks if p[3].get("io_counted_bytes") is not None or p[3].get("l2_read_bytes") is not None]
+    return picks if measured else []
+
+
+def plot_flash_v3(records, out):
+    """Stage 08's figures: the ladder per dtype, tuned against the peers, IO three ways."""
+    recs = attention_records(records, stage=FLASH_V3)
+    written = [plot_ladder(recs, dtype, out, name, LADDER_V3)
+               for dtype, name in (("fp16", "flash_v3_ladder.png"), ("bf16", "flash_v3_ladder_bf16.png"))
+               if v3_cells(recs, dtype)]
+    written.append(plot_v3_vs_peers(recs, out))
+    if v3_io_picks(recs):
+        written.append(plot_v2_io(recs, out, V3_IO_PICKS, "flash_v3_io.png", "Stage 08"))
+    return written
+
+
+def tflops_text(rec):
+    """A record's TFLOP/s (the median), with the min–max over its rounds where there are several."""
+    if rec is None:
+        return "n/a"
+    low, high = rec.get("range", {}).get("tflops", (rec["tflops"], rec["tflops"]))
+    return f"{rec['tflops']:.1f}" + (f" ({low:.1f}–{high:.1f})" if rec.get("rounds", 1) > 1 else "")
+
+
+def percent(a, b):
+    """a as a % of b, with one decimal, or n/a."""
+    return fmt(None if a is None or not b else 100 * a / b, ".1f")
+
+
+def flash_v3_tables(records):
+    """Stage 08's table for summary.md: every rung's TFLOP/s in each cell of the ladder's grid, stage
+    06's last rung and the peers beside them, and tuned as a % of cuDNN, FA-2 and the dense peak."""
+    recs = attention_records(records, stage=FLASH_V3)
+    names = V3_RUNGS + [STAGE06_IN_V3] + V3_PEERS
+    rows = []
+    for dtype in ("fp16", "bf16"):
+        for c in v3_cells(recs, dtype):
+            found = {n: v2_find(recs, n, dtype, **cell_fields(c)) for n in names}
+            value = {n: r and r["tflops"] for n, r in found.items()}
+            best = found[BEST_V3]
+            rounds = sorted({r.get("rounds", 1) for r in found.values() if r})  # of the cell's records
+            d, causal, N, B, H = c
+            rows.append([dtype, str(d), str(causal), str(N), str(B), str(H)] +
+                        [tflops_text(found[n]) for n in names] +
+                        [percent(value[BEST_V3], value["pytorch_cudnn"]),
+                         percent(value[BEST_V3], value["pytorch_flash"]),
+                         percent(value[BEST_V3], dense_peak_tflops(best and best["device"])),
+                         f"{rounds[0]}–{rounds[-1]}" if len(rounds) > 1 else str(rounds[0])])
+    devices = sorted({r["device"] for r in recs if r.get("device")})
+    peaks = "; ".join(f"{dev}: {fmt(dense_peak_tflops(dev), '.0f')} TFLOP/s" for dev in devices)
+    table = md_table(f"Stage 08 ladder: TFLOP/s, B·N = {LADDER_TOKENS}, H·d = {LADDER_WIDTH}; each the median of its "
+                    "rounds (rows of one problem), with their min–max where there are several "
+                    f"(pytorch_flash is FlashAttention-2; {STAGE06_IN_V3} is stage 06's last rung on the same inputs; "
+                    f"the dense peak, fp16/bf16 tensor cores without sparsity, from NVIDIA's datasheets: {peaks})",
+                    ["dtype", "d", "causal", "N", "B", "H"] + names +
+                    ["tuned % of cuDNN", "tuned % of FA-2", "tuned % of dense peak", "rounds"], rows)
+    return ("\n" + table if table else "") + ablation_table(recs)
+
+
+def ablation_table(recs):
+    """The ablations' TFLOP/s in each cell where one ran, and each as a multiple of tuned's (medians)."""
+    rows = []
+    for dtype in ("fp16", "bf16"):
+        for c in v3_cells(recs, dtype):
+            found = {n: v2_find(recs, n, dtype, **cell_fields(c)) for n in [BEST_V3] + V3_ABLATIONS}
+            if not any(found[n] for n in V3_ABLATIONS):
+                continue
+            best = found[BEST_V3] and found[BEST_V3]["tflops"]
+            d, causal, N, B, H = c
+            rows.append([dtype, str(d), str(causal), str(N), tflops_text(found[BEST_V3])] +
+                        [tflops_text(found[n]) +
+                         (f", ×{ratio(found[n]['tflops'], best):.2f}" if found[n] and best else "")
+                         for n in V3_ABLATIONS])
+    table = md_table("Stage 08 ablations: TFLOP/s (median, min–max) and × tuned, where they were run (--variants)",
+                     ["dtype", "d", "causal", "N", BEST_V3] + V3_ABLATIONS, rows)
+    return "\n" + table if table else ""
+
+
+def flash_v3_notes(records):
+    """Lines for "Figures not drawn": what stage 08's figures lack, when its rungs ran on a GPU."""
+    recs = attention_records(records, stage=FLASH_V3)
+    if not recs or FLASH_V3 in cpu_only_stages(records):
+        return []  # nothing, or the CPU-only note says it
+    notes = []
+    cells = {t: v3_cells(recs, t) for t in ("fp16", "bf16")}
+    peers = "PyTorch's SDPA, scripts/peers/torch_attention.py --stage 08_flash_v3"
+    if not any(cells.values()):
+        notes.append(f"08_flash_v3: no rung timed on the ladder's grid (B·N = {LADDER_TOKENS}, H·d = "
+                     f"{LADDER_WIDTH}): no flash_v3_ladder*.png, flash_v3_vs_cudnn.png or ladder table.")
+    else:
+        missing = [p for p in V3_PEERS if not any(v2_find(recs, p, t, **cell_fields(c))
+                                                  for t in cells for c in cells[t])]
+        if len(missing) == len(V3_PEERS):
+            notes.append(f"08_flash_v3: no peer rows in the ladder's cells ({peers}): flash_v3_vs_cudnn.png "
+                         "not drawn, and the ladder figures have no peer lines.")
+        elif missing:
+            notes.append(f"08_flash_v3: no {' or '.join(missing)} rows in the ladder's cells ({peers}): "
+                         "their lines and bars are missing.")
+    if not v3_io_picks(recs):
+        notes.append("08_flash_v3: neither a CPU count (B=1 H=4 N=1000 d=64, the main job's first line) nor "
+                     "the hardware counters for the IO figure's problems: flash_v3_io.png not drawn.")
+    return notes
+
+
 # --- without a GPU (stages 05 on) --------------------------------------------------------------------
 
-ATTENTION_STAGES = ["05_flash_v1", FLASH_V2, BACKWARD]
+ATTENTION_STAGES = ["05_flash_v1", FLASH_V2, BACKWARD, FLASH_V3]
+
+
+def is_peer(variant):
+    """Whether a variant is a library's (scripts/peers/), not one of the course's kernels."""
+    return variant.startswith(("pytorch_", "triton_"))
 
 
 def cpu_only_stages(records):
-    """The attention stages whose rows are all CPU rows: their figures of speed and measured traffic
-    have nothing to draw."""
+    """The attention stages whose own rows (the peers' aside) are all CPU rows: their figures of
+    speed and measured traffic have nothing to draw. (Stage 08 on a GPU other than a Hopper: its
+    peers ran, its kernels did not.)"""
     stages = []
     for stage in ATTENTION_STAGES:
-        mine = [r for r in records if r["stage"] == stage]
+        mine = [r for r in records if r["stage"] == stage and not is_peer(r["variant"])]
         if mine and not any(r.get("ms") is not None or r.get("device") for r in mine):
             stages.append(stage)
     return stages
@@ -763,7 +1018,8 @@ def plot_counted_io(records, out):
         ax.legend(fontsize=8, loc="upper right")
         ax.set_title(f"{stage}: " + " ".join(f"{k}={v}" for k, v in cell.items()))
     fig.suptitle("Bytes between the SMs and L2: the model and the CPU count (no GPU: no time, no counters)")
-    return save_figure(fig, out, "attention_counted_io.png")
+    # A tall figure: keep half an inch at the top for the title, clear of the first panel's own.
+    return save_figure(fig, out, "attention_counted_io.png", rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
 
 
 def figure_notes(records):
@@ -772,13 +1028,15 @@ def figure_notes(records):
     if plt is None:
         notes.append("No figures: this Python has no matplotlib (install python3-matplotlib).")
     for stage in cpu_only_stages(records):
+        why = " (its kernels run on a Hopper GPU alone, sm_90)" if stage == FLASH_V3 else ""
         if counted_picks(records, stage)[1]:
-            notes.append(f"{stage}: no GPU rows, so no figure of speed or measured traffic; "
+            notes.append(f"{stage}: no GPU rows{why}, so no figure of speed or measured traffic; "
                          "attention_counted_io.png shows the model and the CPU count at the largest problem "
                          "counted.")
         else:
-            notes.append(f"{stage}: no GPU rows, and no problem small enough to count on the CPU "
+            notes.append(f"{stage}: no GPU rows{why}, and no problem small enough to count on the CPU "
                          "(--count-limit): no figure.")
+    notes += flash_v3_notes(records)
     if not notes:
         return ""
     return "\n### Figures not drawn\n\n" + "".join(f"- {n}\n" for n in notes)
@@ -967,8 +1225,10 @@ def main():
         written += plot_attention(records, args.out)
         written += plot_flash_v2(records, args.out)
         written += plot_backward(records, args.out)
+        written += plot_flash_v3(records, args.out)
         written.append(plot_counted_io(records, args.out))
-    text = summary(records) + flash_v2_tables(records) + backward_tables(records) + figure_notes(records)
+    text = (summary(records) + flash_v2_tables(records) + backward_tables(records) + flash_v3_tables(records) +
+            figure_notes(records))
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)
     print(text)

@@ -16,6 +16,7 @@ trap 'rm -rf "$out"' EXIT
 "$bin/01_naive_matmul" --no-gpu --sizes 64,96 --csv "$out/r.csv" >/dev/null 2>&1
 "$bin/02_tiled_matmul" --no-gpu --sizes 64,96 --csv "$out/r.csv" >/dev/null 2>&1
 "$bin/06_flash_v2" --no-gpu --heads 1 --seq 64 --csv "$out/r.csv" >/dev/null 2>&1
+"$bin/08_flash_v3" --no-gpu --heads 1 --seq 64 --csv "$out/r.csv" >/dev/null 2>&1
 echo stale >"$out/backward_fig2.png"  # an earlier run's figure: these rows have no stage 07
 "$py" "$here/report.py" "$out/r.csv" --out "$out" >"$out/summary.txt"
 for f in matmul_io.png summary.md attention_counted_io.png; do
@@ -31,7 +32,10 @@ done
 # says why stage 06 has no figure of speed.
 awk -F' [|] ' '/^[|] 01_naive_matmul [|] coalesced/ { found = 1; if ($8 == "n/a" || $9 != $8) bad = 1 }
                END { exit !(found && !bad) }' "$out/summary.md" || { echo "summary lacks the counted bytes"; exit 1; }
-grep -qF "06_flash_v2: no GPU rows" "$out/summary.md" || { echo "summary does not say why figures are missing"; exit 1; }
+grep -qF "06_flash_v2: no GPU rows" "$out/summary.md" &&
+  grep -qF "08_flash_v3: no GPU rows (its kernels run on a Hopper GPU alone" "$out/summary.md" ||
+  { echo "summary does not say why figures are missing"; exit 1; }
+grep -qF "08_flash_v3 | tuned (bf16) |" "$out/summary.md" || { echo "summary lacks 08_flash_v3 tuned"; exit 1; }
 
 # Without matplotlib: the summary alone, saying so, and no figure left from before.
 mkdir -p "$out/nompl/fake/matplotlib"
@@ -42,7 +46,8 @@ grep -qF "No figures: this Python has no matplotlib" "$out/nompl/summary.md" &&
   [ ! -e "$out/nompl/matmul_io.png" ] || { echo "without matplotlib: wrong summary or a stale figure"; exit 1; }
 
 # Stage 06 with GPU rows (made up): fp16 and bf16 of one shape stay apart, the ladder's table and
-# figures appear, and a CPU row's count joins the GPU row of its problem.
+# figures appear, a CPU row's count joins the GPU row of its problem, and three rounds of
+# lazy_rescale count as their median (330, not the last round's 310).
 mkdir "$out/gpu"
 h="B=4 H=32 N=4096 d=64 causal=0"
 g="NVIDIA Test GPU"
@@ -52,6 +57,8 @@ stage,variant,device,dtype,shape,size,flops,ms,tflops,gbps,io_model_bytes,io_cou
 06_flash_v2,tuned,$g,bf16,$h Br=128 Bc=64,4096,549755813888,0.687,200,,1210056704,,201364224,62760192,1140850688,69206016,,0.004
 06_flash_v2,tuned,cpu,fp16,$h Br=128 Bc=64,4096,549755813888,,,,1210056704,1210056704,,,,,,0.0005
 06_flash_v2,lazy_rescale,$g,fp16,$h Br=128 Bc=64,4096,549755813888,0.416,330,,1210056704,,201364224,62760192,1140850688,69206016,,0.0005
+06_flash_v2,lazy_rescale,$g,fp16,$h Br=128 Bc=64,4096,549755813888,0.393,350,,1210056704,,201364224,62760192,1140850688,69206016,,0.0005
+06_flash_v2,lazy_rescale,$g,fp16,$h Br=128 Bc=64,4096,549755813888,0.443,310,,1210056704,,201364224,62760192,1140850688,69206016,,0.0005
 06_flash_v2,pytorch_flash,$g,fp16,$h,4096,549755813888,0.55,250,,,,,,,,,0.0005
 CSV
 "$py" "$here/report.py" "$out/gpu/r.csv" --out "$out/gpu" >"$out/gpu/summary.txt"
@@ -64,4 +71,36 @@ grep -qF "| fp16 | 64 | 0 | 4096 | 4 | 32 | n/a | n/a | n/a | 300.0 | 330.0 | 25
   { echo "the stage 06 ladder table is wrong"; exit 1; }
 [ "$(grep -c '^| 06_flash_v2 | tuned' "$out/gpu/summary.md")" -eq 2 ] ||
   { echo "the CPU row of tuned fp16 did not join its GPU row"; exit 1; }
+# Stage 08 with GPU rows (made up, on an H100 for the dense peak of 989 TFLOP/s): two rounds of tuned
+# give their median and spread; the ladder's table, its figures, tuned against the peers, and IO
+# three ways from the counted line (a CPU row's count joins its GPU row).
+mkdir "$out/gpu08"
+g="NVIDIA H100 80GB HBM3"
+s="B=1 H=4 N=1000 d=64 causal=0"
+cat >"$out/gpu08/r.csv" <<CSV
+stage,variant,device,dtype,shape,size,flops,ms,tflops,gbps,io_model_bytes,io_counted_bytes,dram_read_bytes,dram_write_bytes,l2_read_bytes,l2_write_bytes,peak_mem_bytes,max_rel_err
+08_flash_v3,tuned,$g,fp16,$h Br=128 Bc=128,4096,549755813888,1.1,500,,1210056704,,201364224,62760192,1140850688,69206016,,0.0005
+08_flash_v3,tuned,$g,fp16,$h Br=128 Bc=128,4096,549755813888,1.06,520,,1210056704,,201364224,62760192,1140850688,69206016,,0.0005
+08_flash_v3,wgmma,$g,fp16,$h Br=128 Bc=128,4096,549755813888,1.83,300,,1210056704,,,,,,,0.0005
+08_flash_v3,06_lazy_rescale,$g,fp16,$h Br=128 Bc=64,4096,549755813888,1.67,330,,1210056704,,,,,,,0.0005
+08_flash_v3,pytorch_flash,$g,fp16,$h,4096,549755813888,1.62,340,,,,,,,,,0.0005
+08_flash_v3,pytorch_cudnn,$g,fp16,$h,4096,549755813888,1.08,510,,,,,,,,,0.0005
+08_flash_v3,tuned,$g,bf16,$h Br=128 Bc=128,4096,549755813888,1.09,505,,1210056704,,,,,,,0.004
+08_flash_v3,tuned,cpu,fp16,$s Br=128 Bc=128,1000,1024000000,,,,9232384,9232384,,,,,,0.0005
+08_flash_v3,tuned,$g,fp16,$s Br=128 Bc=128,1000,1024000000,0.01,100,,9232384,,5000000,2000000,7700000,1531904,,0.0005
+CSV
+"$py" "$here/report.py" "$out/gpu08/r.csv" --out "$out/gpu08" >"$out/gpu08/summary.txt"
+for f in flash_v3_ladder.png flash_v3_ladder_bf16.png flash_v3_vs_cudnn.png flash_v3_io.png; do
+  [ -s "$out/gpu08/$f" ] || { echo "report.py did not write $f"; exit 1; }
+done
+grep -qF "| fp16 | 64 | 0 | 4096 | 4 | 32 | 300.0 | n/a | n/a | n/a | n/a | 510.0 (500.0–520.0) | 330.0 | 340.0 | 510.0 | 100.0 | 150.0 | 51.6 | 1–2 |" "$out/gpu08/summary.md" &&
+  grep -qF "| bf16 | 64 | 0 | 4096 | 4 | 32 | n/a | n/a | n/a | n/a | n/a | 505.0 | n/a | n/a | n/a | n/a | n/a | 51.1 | 1 |" "$out/gpu08/summary.md" ||
+  { echo "the stage 08 ladder table is wrong"; exit 1; }
+! grep -qF "08_flash_v3:" "$out/gpu08/summary.md" || { echo "a stage 08 figure was said to be missing"; exit 1; }
+# Without the peers: the figure against them is removed, and the summary says why.
+grep -v pytorch_ "$out/gpu08/r.csv" >"$out/gpu08/no_peers.csv"
+"$py" "$here/report.py" "$out/gpu08/no_peers.csv" --out "$out/gpu08" >/dev/null
+[ ! -e "$out/gpu08/flash_v3_vs_cudnn.png" ] && [ -s "$out/gpu08/flash_v3_ladder.png" ] &&
+  grep -qF "08_flash_v3: no peer rows in the ladder's cells" "$out/gpu08/summary.md" ||
+  { echo "without peers: a stale figure, or no note"; exit 1; }
 echo "report.py: figures and summary written"
