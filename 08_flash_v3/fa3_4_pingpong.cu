@@ -109,16 +109,8 @@ void launch_fa3_pingpong(const Shape& s, course::Dtype t, const void* Q, const v
     using C = decltype(config);
     fa3::require_hopper("pingpong");
     constexpr int kStages = 2;
-    constexpr size_t bytes = fa3::Smem<C::D, kStages>::kBytes;
-    const bool bf16 = t == course::Dtype::bf16;
-    const auto mapQ = fa3::make_tensor_map(Q, bf16, s.heads(), s.N, C::D, fa3::kBr);
-    const auto mapK = fa3::make_tensor_map(K, bf16, s.heads(), s.N, C::D, fa3::kBc);
-    const auto mapV = fa3::make_tensor_map(V, bf16, s.heads(), s.N, C::D, fa3::kBc);
-    const auto kernel = fa3::flash_v3_pingpong<typename C::T, C::D, kStages>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    const dim3 grid((s.N + fa3::kBr - 1) / fa3::kBr, s.heads());
-    kernel<<<grid, 384, bytes>>>(mapQ, mapK, mapV, tc::params(Q, K, V, O, L, s.N, s.causal, C::D));
-    CUDA_CHECK_LAUNCH();
+    fa3::launch_per_tile(fa3::flash_v3_pingpong<typename C::T, C::D, kStages>, fa3::Smem<C::D, kStages>::kBytes, 384, s, t,
+                         C::D, Q, K, V, O, L);
   });
 }
 

@@ -178,10 +178,7 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
     constexpr int kStages = kStagesOr0 > 0 ? kStagesOr0 : (C::D == 64 ? 3 : 2);
     constexpr int kPoly = C::D == 64 ? kPolyEvery64 : 0;
     constexpr size_t bytes = fa3::Smem<C::D, kStages, true>::kBytes;
-    const bool bf16 = t == course::Dtype::bf16;
-    const auto mapQ = fa3::make_tensor_map(Q, bf16, s.heads(), s.N, C::D, fa3::kBr);
-    const auto mapK = fa3::make_tensor_map(K, bf16, s.heads(), s.N, C::D, fa3::kBc);
-    const auto mapV = fa3::make_tensor_map(V, bf16, s.heads(), s.N, C::D, fa3::kBc);
+    const fa3::TensorMaps m = fa3::tensor_maps(s, t, C::D, Q, K, V);
     const auto kernel = fa3::flash_v3_tuned<typename C::T, C::D, kStages, kPoly, kLazyLog2>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     const int Tr = (s.N + fa3::kBr - 1) / fa3::kBr;
@@ -190,8 +187,7 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
     const unsigned grid = unsigned(kPersistent ? std::min<long long>(tiles, course::gpu().sm_count) : tiles);
     int* next_tile = fa3::tile_counter();
     CUDA_CHECK(cudaMemsetAsync(next_tile, 0, sizeof(int)));
-    kernel<<<grid, 384, bytes>>>(mapQ, mapK, mapV, tc::params(Q, K, V, O, L, s.N, s.causal, C::D), s.heads(),
-                                 next_tile);
+    kernel<<<grid, 384, bytes>>>(m.Q, m.K, m.V, tc::params(Q, K, V, O, L, s.N, s.causal, C::D), s.heads(), next_tile);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -325,4 +325,26 @@ int* tile_counter();
 // Throws UsageError unless the GPU is a Hopper (sm_90): wgmma and setmaxnreg exist only there.
 void require_hopper(const char* variant);
 
+// The tensor maps of Q (boxes of Br rows), K and V (Bc rows) of a problem.
+struct TensorMaps {
+  CUtensorMap Q, K, V;
+};
+inline TensorMaps tensor_maps(const Shape& s, course::Dtype t, int d, const void* Q, const void* K, const void* V) {
+  const bool bf16 = t == course::Dtype::bf16;
+  return {make_tensor_map(Q, bf16, s.heads(), s.N, d, kBr), make_tensor_map(K, bf16, s.heads(), s.N, d, kBc),
+          make_tensor_map(V, bf16, s.heads(), s.N, d, kBc)};
+}
+
+// The launch of a TMA rung (2-5): its tensor maps, `smem_bytes` of dynamic shared memory, `threads`
+// a block, one block a tile (query block i of head h = blockIdx.x, blockIdx.y).
+template <class Kernel>
+void launch_per_tile(Kernel kernel, size_t smem_bytes, int threads, const Shape& s, course::Dtype t, int d,
+                     const void* Q, const void* K, const void* V, void* O, float* L) {
+  const TensorMaps m = tensor_maps(s, t, d, Q, K, V);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
+  const dim3 grid((s.N + kBr - 1) / kBr, s.heads());
+  kernel<<<grid, threads, smem_bytes>>>(m.Q, m.K, m.V, tc::params(Q, K, V, O, L, s.N, s.causal, d));
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace attention::fa3
