@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1) flash_v2_fp32(const floa
   const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
   const int i = blockIdx.x, row0 = i * Br, rows = min(Br, N - row0);
   const size_t head = size_t(blockIdx.y) * N * D;
-  const float c = scale * 1.4426950408889634f;
+  const float c = scale * ptx::kLog2e;
 
   // Q_i, transposed on its way into shared memory (once per block; rows past N are zeros).
   for (int f = threadIdx.x; f < Br * D / 4; f += F::kThreads) {

@@ -62,6 +62,10 @@ __device__ inline uint32_t pack<__nv_bfloat16>(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// log₂ e: e^x = 2^(x·log₂ e). The kernels fold it into the softmax scale (c = scale·log₂ e) so that
+// each exponential is one ex2 (stages 06, 07 and 08).
+constexpr float kLog2e = 1.4426950408889634f;
+
 // 2^x in one instruction of the special-function unit (MUFU.EX2): PTX ISA, "Floating point
 // instructions" › "ex2" (ex2.approx.ftz.f32; relative error about 2^-22, ex2(−∞) = +0).
 __device__ inline float exp2_approx(float x) {

@@ -262,7 +262,7 @@ __device__ void pack_a(const float (&C)[NT][4], uint32_t (&A)[NT / 2][4]) {
 template <class T, bool kExp2, int MT, int NT, int DT>
 __device__ void online_softmax(float (&S)[MT][NT][4], float (&o)[MT][DT][4], float (&m)[MT][2],
                                float (&l)[MT][2], float scale, uint32_t (&P)[MT][NT / 2][4]) {
-  const float c = scale * 1.4426950408889634f;
+  const float c = scale * ptx::kLog2e;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -303,7 +303,7 @@ __device__ void online_softmax(float (&S)[MT][NT][4], float (&o)[MT][DT][4], flo
 template <class T, int kLazyLog2, int MT, int NT, int DT>
 __device__ void online_softmax_lazy(float (&S)[MT][NT][4], float (&o)[MT][DT][4], float (&m)[MT][2],
                                     float (&l)[MT][2], float scale, uint32_t (&P)[MT][NT / 2][4]) {
-  const float c = scale * 1.4426950408889634f;
+  const float c = scale * ptx::kLog2e;
   float m_new[MT][2];
   bool grows = false;
 #pragma unroll

@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(256, D <= 32 ? 2 : 1) flash_backward_fp32(cons
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int j = blockIdx.x, key0 = j * Bc, keys = min(Bc, N - key0);
   const size_t head = size_t(blockIdx.y) * N * D, stats = size_t(blockIdx.y) * N;
-  const float c = scale * 1.4426950408889634f, log2e = 1.4426950408889634f;
+  const float c = scale * ptx::kLog2e, log2e = ptx::kLog2e;
 
   load_rows<D, Bc, 256>(Ks, kLd, K + head + size_t(key0) * D, keys);
   load_rows<D, Bc, 256>(Vs, kLd, V + head + size_t(key0) * D, keys);

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
   const int warp = threadIdx.x / 32, lane = lane_id(), g = lane / 4, t = lane % 4;
   const int j = blockIdx.x, key0 = j * Bc;
   const size_t head = size_t(blockIdx.y) * p.N * D, stat0 = size_t(blockIdx.y) * p.N;
-  const float c = p.scale * 1.4426950408889634f;
+  const float c = p.scale * ptx::kLog2e;
   auto fetch = [&](int i, int b) {  // Q_i, dO_i, L_i, D_i into buffer b
     const int row0 = i * Br, rows = p.N - row0;
     load_tile_async<D, Br, kThreads>(Qs(b), p.Q + head + size_t(row0) * D, rows);
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(128, 2) flash_backward_dq(Params p, const uint
   const int i = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // heaviest first when causal
   const int row0 = i * Br, warp_row0 = row0 + 16 * warp;
   const size_t head = size_t(blockIdx.y) * p.N * D, stat0 = size_t(blockIdx.y) * p.N;
-  const float c = p.scale * 1.4426950408889634f, log2e = 1.4426950408889634f;
+  const float c = p.scale * ptx::kLog2e, log2e = ptx::kLog2e;
   auto fetch_kv = [&](int j) {
     const int key0 = j * Bc;
     load_tile_async<D, Bc, 128>(Ks(j), p.K + head + size_t(key0) * D, p.N - key0);

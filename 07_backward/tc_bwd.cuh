@@ -27,7 +27,7 @@ template <int MT, int NT>
 __device__ void softmax_backward_t(float (&St)[MT][NT][4], float (&dPt)[MT][NT][4], const float* Ls, const float* Ds,
                                    float c) {
   const int t = lane_id() % 4;
-  const float log2e = 1.4426950408889634f;
+  const float log2e = ptx::kLog2e;
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     const float2 Lq = *reinterpret_cast<const float2*>(Ls + 8 * n + 2 * t);

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(256, 1) flash_backward_split(Params p, const u
   const int wk = warp / 2, wq = warp % 2;  // keys 32·wk .. +31; queries (Sᵀ) and columns (dK, dV) half wq
   const int j = blockIdx.x, key0 = j * Bc;
   const size_t head = size_t(blockIdx.y) * p.N * D, stat0 = size_t(blockIdx.y) * p.N;
-  const float c = p.scale * 1.4426950408889634f;
+  const float c = p.scale * ptx::kLog2e;
   const int Tr = (p.N + Br - 1) / Br;
   auto fetch = [&](int i, int b) {  // Q_i, dO_i, L_i, D_i into buffer b (i >= Tr: an empty group)
     if (i < Tr) {

@@ -196,7 +196,7 @@ __device__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&P)[kBc / 16][4],
 // (the new max, P̃ = 2^(S·c − m·c) in place, l) and, after the wait, o's rescale by alpha.
 template <int NT>
 __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], float scale, float (&alpha)[2]) {
-  const float c = scale * 1.4426950408889634f;
+  const float c = scale * ptx::kLog2e;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {  // rows g and g + 8
     float mx = m[h];
@@ -263,7 +263,7 @@ __device__ inline void tree_reduce(float (&x)[NT], F op) {
 
 template <int kPolyEvery, int kLazyLog2, int NT>
 __device__ bool softmax_scores_tuned(float (&S)[NT][4], float (&m)[2], float (&l)[2], float scale, float (&alpha)[2]) {
-  const float c = scale * 1.4426950408889634f;
+  const float c = scale * ptx::kLog2e;
   float m_new[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
