@@ -1,5 +1,6 @@
-// Rung 6: tuned. What it takes past the FA-3 paper's three ideas, each switchable so that its own
-// effect is measured (the ablation variants of variants.cpp; chapter 08 has the table).
+// Rung 6: tuned. What it takes past the FA-3 paper's three ideas; the persistent grid, the slots and
+// the ideas tried and left off are switchable, so that their effect is measured (the ablation
+// variants of variants.cpp; chapter 08 has the table).
 //
 // What changed from rung 5 (fa3_5_overlap.cu):
 //  - A persistent grid: one thread block per SM, each looping over tiles (query block i of head h),
@@ -14,7 +15,8 @@
 //    consumers give Q back (q_empty) as soon as a tile's last S = Q·Kᵀ is done. The ablation
 //    tuned_not_persistent is the same kernel on a grid of one block a tile.
 //  - Row max and row sum as trees (softmax_scores_tuned, fa3_common.cuh): the softmax is on its
-//    warpgroup's critical path, and a chain of 16 dependent fmax's a row is longer than 4 levels.
+//    warpgroup's critical path: rung 5 has chains of 16 dependent fmax's and 32 dependent adds a
+//    row, the trees about 10 of each.
 //  - kStages = 3 at d = 64 (112 KB + 16 KB of staging), 2 at d = 128 (160 KB + 32 KB).
 // Tried and measured, off here (chapter 08): the lazy rescale (kLazyLog2 = 8) and a quarter or half
 // of the exponentials on the FMA pipe (kPolyEvery = 4, 2).

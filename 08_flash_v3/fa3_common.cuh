@@ -1,7 +1,7 @@
 // What the rungs of stage 08 share: the tile sizes, the shared-memory layout the tensor cores read
 // (hopper::swizzle128), the two products as sequences of wgmma's, the tensor maps, and the pieces
 // of stage 06 they reuse unchanged: the mask, the online softmax on the accumulators, the
-// epilogue (tc_common.cuh). Each rung's own file (fa3_1_wgmma.cu ... fa3_5_overlap.cu) is the loop
+// epilogue (tc_common.cuh). Each rung's own file (fa3_1_wgmma.cu ... fa3_6_tuned.cu) is the loop
 // that strings these together; the differences between those files are the lessons.
 //
 // Work split (every rung): a thread block takes Br = 128 query rows of one head; each of its two
@@ -22,7 +22,7 @@ namespace attention::fa3 {
 
 using tc::Params;
 
-// Block sizes of rungs 1-5 (keep in step with variants.cpp).
+// Block sizes of every rung (keep in step with variants.cpp).
 constexpr int kBr = 128, kBc = 128;
 // Named barriers: 1 + c is consumer warpgroup c's own (the epilogue); kSched + c is its turn at the
 // tensor cores (rungs 4 and 5). 0 is __syncthreads'.
@@ -227,8 +227,9 @@ __device__ void rescale_o(float (&o)[DT][4], const float (&alpha)[2]) {
 // with n = round(x) (adding and subtracting 1.5·2^23 leaves the integer in t's low bits) and
 // f in [−½, ½]; 2^f by a degree-3 polynomial (relative error 7.5e-5, under fp16's rounding of
 // P̃, 2^-11); 2^n by adding n to the exponent bits. x is clamped at −125, so −∞ (a masked score)
-// gives 2^-125 ≈ 2e-38, which P̃'s 16 bits round to 0. Seven FMA-pipe and two ALU instructions
-// where ex2 is one MUFU instruction, but the MUFU unit does 16 a clock per SM and the FMA pipe 128.
+// gives 2^-125 ≈ 2e-38: fp16 rounds it to 0, bf16 keeps it, a weight far below V's own rounding.
+// Seven FMA-pipe and two ALU instructions where ex2 is one MUFU instruction, but the MUFU unit does
+// 16 a clock per SM and the FMA pipe 128.
 __device__ inline float exp2_poly(float x) {
   constexpr float kRound = 12582912.0f;  // 1.5·2^23
   x = fmaxf(x, -125.0f);

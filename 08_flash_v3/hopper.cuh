@@ -192,7 +192,7 @@ __device__ inline void mbarrier_wait(uint64_t* bar, int parity) {
 
 // --- TMA: the copy engine moves a whole tile ---------------------------------------------------------
 // PTX ISA, "Data Movement and Conversion Instructions: cp.async.bulk.tensor". One thread issues
-// it; the tensor map (made on the host: make_tensor_map in stage 08's tma.cu) says where the
+// it; the tensor map (made on the host: make_tensor_map in stage 08's fa3_host.cu) says where the
 // tensor is, its sizes and strides, the box (tile) to copy and the swizzle to write it with.
 // Coordinates are in elements, innermost first; a box that reaches past the tensor's end is
 // filled with zeros there (and reads nothing there). The bytes land on `bar` (complete_tx).

@@ -119,9 +119,9 @@ int main(int argc, char** argv) {
       }
       require_supported(s);
       for (Dtype t : dtypes) {
-        std::vector<std::string> runs;
-        for (const auto& name : variant_names(!options.variants.empty()))
-          if (course::selected(options, name)) runs.push_back(name);
+        // --variants runs the named ones in the order given (so that rounds can alternate the
+        // order); without it, stage 06's rung and the ladder in the chapter's order.
+        const std::vector<std::string> runs = options.variants.empty() ? variant_names(false) : options.variants;
         if (runs.empty()) continue;
 
         course::require_fits(8.0 * double(s.elements()) * 4.0, 0.0, "the inputs of " + s.text());

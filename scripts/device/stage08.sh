@@ -80,7 +80,7 @@ fi
 if has bench; then
   echo "=== bench ($(date +%T))"
   csv="$OUT/bench.csv"
-  for round in $(seq 1 "${ROUNDS:-1}"); do  # ours, then the peers, again: drift hits both alike
+  for round in $(seq 1 "${ROUNDS:-1}"); do  # ours, then the peers; again in the next round
     for d in 64 128; do
       for causal in "" "--causal"; do
         timeout 300 build/bin/08_flash_v3 --tokens 16384 --heads $((2048 / d)) --seq "$SEQ" --d $d $causal \
@@ -91,7 +91,7 @@ if has bench; then
       --width 2048 --d 64,128 --mask both --seq "$SEQ" --dtype "$DTYPES" --backends flash,cudnn \
       >>"$OUT/bench.log" 2>&1 || note "peers: rc=$?"
   done
-  if [ -n "${ABLATION:-}" ]; then  # two rounds, the variants in opposite orders (rows in ablation.csv)
+  if [ -n "${ABLATION:-}" ]; then  # two rounds, the variants in opposite orders (--variants' order)
     for order in overlap,tuned,tuned_not_persistent,tuned_lazy,tuned_poly,tuned_2_stages \
                  tuned_2_stages,tuned_poly,tuned_lazy,tuned_not_persistent,tuned,overlap; do
       for d in 64 128; do
