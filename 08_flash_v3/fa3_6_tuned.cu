@@ -183,10 +183,8 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
     const fa3::TensorMaps m = fa3::tensor_maps(s, t, C::D, Q, K, V);
     const auto kernel = fa3::flash_v3_tuned<typename C::T, C::D, kStages, kPoly, kLazyLog2>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    const int Tr = (s.N + fa3::kBr - 1) / fa3::kBr;
-    const long long tiles = 1LL * Tr * s.heads();
-    course::require(tiles < (1LL << 31), std::string(name) + ": too many tiles (B·H·⌈N/128⌉ >= 2^31)");
-    const unsigned grid = unsigned(kPersistent ? std::min<long long>(tiles, course::gpu().sm_count) : tiles);
+    const unsigned persistent = fa3::persistent_grid(s, name);  // checks the number of tiles too
+    const unsigned grid = kPersistent ? persistent : unsigned((s.N + fa3::kBr - 1) / fa3::kBr) * unsigned(s.heads());
     int* next_tile = fa3::tile_counter();
     CUDA_CHECK(cudaMemsetAsync(next_tile, 0, sizeof(int)));
     kernel<<<grid, 384, bytes>>>(m.Q, m.K, m.V, tc::params(Q, K, V, O, L, s.N, s.causal, C::D), s.heads(), next_tile);

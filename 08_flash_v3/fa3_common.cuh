@@ -30,15 +30,16 @@ constexpr int kSched = 3;
 
 // The shared memory of a rung: Q (Br × D), then kStages slots of K and V (Bc × D each), every tile
 // in the swizzle128 layout and 1024-byte aligned; then the mbarriers. Offsets in 16-bit values.
-template <int D, int kStages, bool kOwnStaging = false>
+template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1>
 struct Smem {
-  static constexpr int kQ = 0, kKV = kBr * D, kSlot = 2 * kBc * D;
-  // kOwnStaging (rung 6): O is staged in a region of its own, not over Q, so that the next tile's Q
-  // can land while this tile's O is written out.
+  // kQSlots = 2 (rung 7): two Q tiles, so that the next tile's Q has landed before this tile ends.
+  static constexpr int kQ = 0, kKV = kQSlots * kBr * D, kSlot = 2 * kBc * D;
+  // kOwnStaging (rungs 6, 7): O is staged in a region of its own, not over Q, so that the next
+  // tile's Q can land while this tile's O is written out.
   static constexpr int kO = kKV + kStages * kSlot;
   static constexpr int kHalves = kO + (kOwnStaging ? kBr * D : 0);
-  // Q's two barriers, 4 a slot (Pipeline), then 8 bytes for rung 6's two tile numbers.
-  static constexpr size_t kBarrierBytes = 8 * (3 + 4 * kStages);
+  // Two barriers a Q slot, 4 a K/V slot (Pipeline), then 8 bytes for rung 6's two tile numbers.
+  static constexpr size_t kBarrierBytes = 8 * (2 * kQSlots + 4 * kStages + 1);
   // + 1024: the dynamic shared memory is aligned to 1024 bytes by hand (align1024).
   static constexpr size_t kBytes = 2 * size_t(kHalves) + kBarrierBytes + 1024;
 };
@@ -80,29 +81,37 @@ __device__ inline uint16_t* staging(uint16_t* Qs, int wg, int wi) {
 // Load number `it` (key block j = blocks − 1 − it) uses slot it % kStages, in that slot's phase
 // (it / kStages) & 1. The producer waits for a slot's previous use to be released; for the first
 // round it asks for the parity of the phase before the barrier's first, which returns at once.
-template <int D, int kStages, bool kOwnStaging = false>
+template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1>
 struct Pipeline {
-  using L = Smem<D, kStages, kOwnStaging>;
+  using L = Smem<D, kStages, kOwnStaging, kQSlots>;
   uint16_t* smem;  // 1024-byte aligned
-  __device__ uint16_t* Q() const { return smem + L::kQ; }
+  // Tile n's Q (rungs 6 and 7 number the tiles a block takes; the others have tile 0 only).
+  __device__ uint16_t* Q(int n = 0) const { return smem + L::kQ + (n % kQSlots) * kBr * D; }
   __device__ uint16_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
   __device__ uint16_t* V(int it) const { return K(it) + kBc * D; }
   __device__ uint16_t* O() const { return smem + L::kO; }  // kOwnStaging only
   __device__ uint64_t* bar(int k) const { return reinterpret_cast<uint64_t*>(smem + L::kHalves) + k; }
-  __device__ uint64_t* q_full() const { return bar(0); }
-  __device__ uint64_t* q_empty() const { return bar(1); }  // the tile's last S is done (rung 6's next Q)
-  __device__ uint64_t* k_full(int it) const { return bar(2 + it % kStages); }
-  __device__ uint64_t* v_full(int it) const { return bar(2 + kStages + it % kStages); }
-  __device__ uint64_t* k_empty(int it) const { return bar(2 + 2 * kStages + it % kStages); }
-  __device__ uint64_t* v_empty(int it) const { return bar(2 + 3 * kStages + it % kStages); }
+  __device__ uint64_t* q_full(int n = 0) const { return bar(2 * (n % kQSlots)); }
+  __device__ uint64_t* q_empty(int n = 0) const { return bar(2 * (n % kQSlots) + 1); }  // the tile's last S is done
+  __device__ uint64_t* k_full(int it) const { return bar(2 * kQSlots + it % kStages); }
+  __device__ uint64_t* v_full(int it) const { return bar(2 * kQSlots + kStages + it % kStages); }
+  __device__ uint64_t* k_empty(int it) const { return bar(2 * kQSlots + 2 * kStages + it % kStages); }
+  __device__ uint64_t* v_empty(int it) const { return bar(2 * kQSlots + 3 * kStages + it % kStages); }
   __device__ static int phase(int it) { return (it / kStages) & 1; }
-  // Rung 6: the tile the producer loads as its n-th, for the consumers (−1: no more), in slot n % 2.
-  __device__ volatile int* tile_slot(int n) const { return reinterpret_cast<volatile int*>(bar(2 + 4 * kStages)) + (n & 1); }
+  __device__ static int q_phase(int n) { return (n / kQSlots) & 1; }
+  // Rungs 6, 7: the tile the producer loads as its n-th, for the consumers (−1: no more), in slot
+  // n % 2. The producer writes slot n % 2 again for tile n + 2 only after tile n's Q was given back,
+  // which the consumers do after they read it.
+  __device__ volatile int* tile_slot(int n) const {
+    return reinterpret_cast<volatile int*>(bar(2 * kQSlots + 4 * kStages)) + (n & 1);
+  }
 
   // One thread, before a __syncthreads.
   __device__ void init(int consumer_warps) const {
-    hopper::mbarrier_init(q_full(), 1);
-    hopper::mbarrier_init(q_empty(), consumer_warps);
+    for (int n = 0; n < kQSlots; ++n) {
+      hopper::mbarrier_init(q_full(n), 1);
+      hopper::mbarrier_init(q_empty(n), consumer_warps);
+    }
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(k_full(s), 1);
       hopper::mbarrier_init(v_full(s), 1);
@@ -113,13 +122,13 @@ struct Pipeline {
   }
   // The producer (one thread): Q of query block `row0 / Br` of head h, then K and V of its `blocks`
   // key blocks in the consumers' order, as fast as slots free up. Loads are numbered on from `it`
-  // (rung 6 runs several tiles through one ring); returns the next load's number. Rung 6 first
-  // waits for Q's slot (wait_q_empty) before it loads another tile's Q.
+  // (rungs 6, 7 run several tiles through one ring; n: the tile's number); returns the next load's
+  // number. Rungs 6, 7 first wait for Q's slot (wait_q_empty) before they load another tile's Q.
   __device__ int produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapV, int row0, int h,
-                         int blocks, int it = 0) const {
-    hopper::mbarrier_arrive_expect_tx(q_full(), kBr * D * 2);
+                         int blocks, int it = 0, int n = 0) const {
+    hopper::mbarrier_arrive_expect_tx(q_full(n), kBr * D * 2);
 #pragma unroll
-    for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(Q() + b * kBr * 64, mapQ, q_full(), 64 * b, row0, h);
+    for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(Q(n) + b * kBr * 64, mapQ, q_full(n), 64 * b, row0, h);
     for (int j = blocks - 1; j >= 0; --j, ++it) {
       const int key0 = j * kBc;
       hopper::mbarrier_wait(k_empty(it), phase(it) ^ 1);
@@ -134,14 +143,14 @@ struct Pipeline {
     return it;
   }
   // Before the n-th tile's Q: the consumers are done reading the previous one (returns at once for n = 0).
-  __device__ void wait_q_empty(int n) const { hopper::mbarrier_wait(q_empty(), (n & 1) ^ 1); }
+  __device__ void wait_q_empty(int n) const { hopper::mbarrier_wait(q_empty(n), q_phase(n) ^ 1); }
   // The consumers' side: wait for a tile; give it back (one arrival a warp, from lane 0, after the
   // warp's wgmma's that read it have completed).
-  __device__ void wait_q(int tile = 0) const { hopper::mbarrier_wait(q_full(), tile & 1); }
+  __device__ void wait_q(int n = 0) const { hopper::mbarrier_wait(q_full(n), q_phase(n)); }
   __device__ void wait_k(int it) const { hopper::mbarrier_wait(k_full(it), phase(it)); }
   __device__ void wait_v(int it) const { hopper::mbarrier_wait(v_full(it), phase(it)); }
-  __device__ void release_q() const {
-    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(q_empty());
+  __device__ void release_q(int n = 0) const {
+    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(q_empty(n));
   }
   __device__ void release_k(int it) const {
     if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(k_empty(it));
@@ -322,6 +331,10 @@ CUtensorMap make_tensor_map(const void* base, bool bf16, int heads, int N, int d
 
 // Rung 6's tile counter (fa3_6_tuned.cu): one int of device memory, allocated on first use.
 int* tile_counter();
+
+// The grid of a persistent rung (6, 7): one block a SM, or fewer when there are fewer tiles (or
+// fewer blocks asked for by fa3_set_grid_cap). Throws UsageError past 2^31 tiles.
+unsigned persistent_grid(const Shape& s, const char* variant);
 
 // Throws UsageError unless the GPU is a Hopper (sm_90): wgmma and setmaxnreg exist only there.
 void require_hopper(const char* variant);

@@ -2,6 +2,7 @@
 // is a Hopper.
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
+#include <algorithm>
 #include <string>
 
 #include "check.hpp"
@@ -52,4 +53,19 @@ void require_hopper(const char* variant) {
                                    : g.why_not));
 }
 
+namespace {
+int grid_cap = 0;  // fa3_set_grid_cap: 0, one block a SM
+}  // namespace
+
+unsigned persistent_grid(const Shape& s, const char* variant) {
+  const long long tiles = 1LL * ((s.N + kBr - 1) / kBr) * s.heads();
+  course::require(tiles < (1LL << 31), std::string(variant) + ": too many tiles (B·H·⌈N/128⌉ >= 2^31)");
+  const long long blocks = grid_cap > 0 ? grid_cap : course::gpu().sm_count;
+  return unsigned(std::min(tiles, blocks));
+}
+
 }  // namespace attention::fa3
+
+namespace attention {
+void fa3_set_grid_cap(int blocks) { fa3::grid_cap = blocks > 0 ? blocks : 0; }
+}  // namespace attention

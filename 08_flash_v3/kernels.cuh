@@ -9,7 +9,9 @@
 //   overlap            (fa3_5_overlap.cu)           the softmax of block j under the P·V of block j+1
 //   tuned              (fa3_6_tuned.cu)             a persistent grid, tree reductions, 3 stages at d = 64
 // and the ablations of the last (one setting changed each): tuned_not_persistent, tuned_lazy (the lazy
-// rescale), tuned_poly (a quarter of the exp2's on the FMA pipe at d = 64), tuned_2_stages.
+// rescale), tuned_poly (a quarter of the exp2's on the FMA pipe at d = 64), tuned_2_stages; and an
+// experiment on it, tile_overlap (fa3_7_tile_overlap.cu: the next tile's first S under this tile's
+// epilogue), with tile_overlap_wait_v_first (V waited for before the turn).
 #pragma once
 
 #include "../06_flash_v2/algorithm.hpp"
@@ -30,6 +32,10 @@ void launch_fa3_overlap(const Shape& s, course::Dtype t, const void* Q, const vo
 
 void launch_fa3_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                       float* L);
+// Tests: the persistent rungs (6, 7) launch at most `blocks` blocks (0: one a SM, the default), so
+// that every block takes many tiles even at small shapes.
+void fa3_set_grid_cap(int blocks);
+
 void launch_fa3_tuned_not_persistent(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                                      void* O, float* L);
 void launch_fa3_tuned_lazy(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
@@ -38,5 +44,9 @@ void launch_fa3_tuned_poly(const Shape& s, course::Dtype t, const void* Q, const
                            float* L);
 void launch_fa3_tuned_2_stages(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                                void* O, float* L);
+void launch_fa3_tile_overlap(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                             float* L);
+void launch_fa3_tile_overlap_wait_v_first(const Shape& s, course::Dtype t, const void* Q, const void* K,
+                                          const void* V, void* O, float* L);
 
 }  // namespace attention

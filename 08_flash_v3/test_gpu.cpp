@@ -116,6 +116,36 @@ TEST_CASE("large logits (Q times 30), outlier channels in K, and N = 4097 with m
       }
 }
 
+TEST_CASE("the persistent rungs with few blocks: each block takes many tiles, one after another") {
+  // At the sizes above most blocks of a persistent rung get one tile (there are more SMs than
+  // tiles); here 1 or 3 blocks take all of them, so every hand-over between tiles is exercised: the
+  // ring's phases across tiles, Q's slots, the tile counter, rung 7's S of the next tile.
+  struct Cap {
+    explicit Cap(int blocks) { fa3_set_grid_cap(blocks); }
+    ~Cap() { fa3_set_grid_cap(0); }
+  };
+  const bool sanitizer = softmax::testing::under_sanitizer();
+  for (const char* name : {"tuned", "tile_overlap"})
+    for (int blocks : {1, 3}) {
+      const Cap cap(blocks);
+      const auto& v = v3_variant(name);
+      for (Dtype t : v.dtypes)
+        for (int d : v.ds)
+          for (bool causal : {false, true})
+            for (int N : sanitizer ? std::vector<int>{1, 300} : std::vector<int>{1, 129, 300, 1000}) {
+              const Shape s{2, 3, N, d, causal};
+              const auto in = make_inputs(s, t, course::fresh_seed());
+              CAPTURE(v.name);
+              CAPTURE(blocks);
+              const std::string dtype = course::name(t);
+              CAPTURE(dtype);
+              CAPTURE(s.text());
+              CAPTURE(in.seed);
+              check_result(s, t, in, run_gpu(v, s, t, in));
+            }
+    }
+}
+
 TEST_CASE("bad input: dtypes and head dimensions the rungs do not take, empty shapes") {
   course::DeviceBuffer<float> b(1024);
   float* p = b.get();

@@ -35,6 +35,9 @@ const std::vector<V2Variant>& v3_ablations() {
       {"tuned_lazy", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_lazy)},
       {"tuned_poly", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_poly)},
       {"tuned_2_stages", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_2_stages)},
+      // Experiments on rung 6 (fa3_7_tile_overlap.cu): the next tile's first S under this tile's end.
+      {"tile_overlap", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tile_overlap)},
+      {"tile_overlap_wait_v_first", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tile_overlap_wait_v_first)},
   };
   return variants;
 }
@@ -48,7 +51,7 @@ double tma_delivered_read_bytes(const Shape& s, course::Dtype t, Tiles tiles) {
 bool loads_with_tma(const std::string& variant) { return variant != "wgmma"; }
 
 double tile_counter_bytes(const Shape& s, Tiles tiles, const std::string& variant) {
-  if (variant.rfind("tuned", 0) != 0) return 0.0;
+  if (variant.rfind("tuned", 0) != 0 && variant.rfind("tile_overlap", 0) != 0) return 0.0;  // persistent ones
   return 32.0 * query_blocks(s, tiles) * s.heads();
 }
 

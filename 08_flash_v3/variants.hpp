@@ -13,7 +13,7 @@ namespace attention {
 // wgmma, tma, warp_specialized, pingpong, overlap, tuned (fp16 and bf16, d = 64 or 128). Launchers
 // are empty unless the build has the sm_90a kernels (COURSE_HAS_HOPPER).
 const std::vector<V2Variant>& v3_variants();
-// The last rung with one of its changes undone each (run only when named with --variants).
+// Rung 6 (tuned) with one of its changes undone each, and the experiments on it (run only when named with --variants).
 const std::vector<V2Variant>& v3_ablations();
 const V2Variant& v3_variant(const std::string& name);  // either list; UsageError for an unknown name
 
@@ -25,7 +25,7 @@ const V2Variant& v3_variant(const std::string& name);  // either list; UsageErro
 double tma_delivered_read_bytes(const Shape& s, course::Dtype t, Tiles tiles);
 // Whether a rung loads with TMA (all but the first, which loads with cp.async).
 bool loads_with_tma(const std::string& variant);
-// The traffic of rung 6's tile counter (and its ablations'): one atomicAdd a tile, a 32-byte sector
+// The traffic of the persistent kernels' tile counter (rung 6, its ablations, tile_overlap): one atomicAdd a tile, a 32-byte sector
 // read and written in L2 each (0 for the other rungs).
 double tile_counter_bytes(const Shape& s, Tiles tiles, const std::string& variant);
 

@@ -84,7 +84,8 @@ if has bench; then
     for d in 64 128; do
       for causal in "" "--causal"; do
         timeout 300 build/bin/08_flash_v3 --tokens 16384 --heads $((2048 / d)) --seq "$SEQ" --d $d $causal \
-          --dtype "$DTYPES" --no-counters --csv "$csv" >>"$OUT/bench.log" 2>&1 || note "bench d=$d $causal: rc=$?"
+          --dtype "$DTYPES" ${VARIANTS:+--variants "$VARIANTS"} --no-counters --csv "$csv" >>"$OUT/bench.log" 2>&1 \
+          || note "bench d=$d $causal: rc=$?"
       done
     done
     timeout 300 python3 scripts/peers/torch_attention.py --csv "$csv" --stage 08_flash_v3 --tokens 16384 \
@@ -113,14 +114,17 @@ for r in rows:
 def short(k):
     f = dict(x.split("=") for x in k[1].split() if "=" in x)
     return f"{k[0]} d={f['d']} c={f['causal']} N={f['N']}"
-order = ["06_lazy_rescale", "wgmma", "tma", "warp_specialized", "pingpong", "overlap", "tuned", "pytorch_flash", "pytorch_cudnn"]
-print("median TFLOP/s of the rounds; last column: tuned / cuDNN, min-max over rounds (round k against round k)")
-print(f"{'cell':28s} " + " ".join(f"{v[:9]:>9s}" for v in order) + "   tuned/cuDNN")
+order = ["06_lazy_rescale", "wgmma", "tma", "warp_specialized", "pingpong", "overlap", "tuned", "tile_overlap",
+         "pytorch_flash", "pytorch_cudnn"]
+present = [x for x in order if any(x in v for v in cells.values())]
+last = "tile_overlap" if "tile_overlap" in present else "tuned"
+print(f"median TFLOP/s of the rounds; last column: {last} / cuDNN, min-max over rounds (round k against round k)")
+print(f"{'cell':28s} " + " ".join(f"{v[:9]:>9s}" for v in present) + f"   {last[:5]}/cuDNN")
 for k, v in cells.items():
     med = {x: statistics.median(v[x]) for x in v}
-    ratios = [a / b for a, b in zip(v.get("tuned", []), v.get("pytorch_cudnn", []))]
+    ratios = [a / b for a, b in zip(v.get(last, []), v.get("pytorch_cudnn", []))]
     rr = f"   {min(ratios):.2f}-{max(ratios):.2f}" if ratios else ""
-    print(f"{short(k):28s} " + " ".join(f"{med.get(x, float('nan')):9.1f}" for x in order) + rr)
+    print(f"{short(k):28s} " + " ".join(f"{med.get(x, float('nan')):9.1f}" for x in present) + rr)
 PY
 fi
 
