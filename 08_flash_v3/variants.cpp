@@ -35,6 +35,7 @@ const std::vector<V2Variant>& v3_ablations() {
       {"tuned_lazy", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_lazy)},
       {"tuned_poly", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_poly)},
       {"tuned_2_stages", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_2_stages)},
+      {"overlap_no_ws", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_overlap_no_ws)},  // rung 5, no producer
   };
   return variants;
 }
