@@ -19,11 +19,12 @@
 //    loader in warpgroup 0 would either wait for warpgroup 1 in the middle of its own step (and
 //    lose its softmax/GEMM overlap) or ask a step later.
 //  - Where the loader may wait. Between a warpgroup's wgmma's and their wgmma_wait (the "window",
-//    here from wgmma_wait<1> to wgmma_wait<0>, while P̃·V runs under the softmax), a spin loop
-//    or a branch taken by one thread only makes ptxas serialise every wgmma of the kernel (seen
-//    with nvcc 13.0: "C7520 Potential Performance Loss: wgmma.mma_async instructions are serialized
-//    due to program dependence on compiler-inserted WG.AR in divergent path"), which would undo
-//    rung 5's overlap and measure the wrong thing. So inside the window every thread runs a test
+//    here from wgmma_wait<1> to wgmma_wait<0>, while P̃·V runs under the softmax), a spin loop on
+//    an mbarrier (even one that every thread runs) or a branch around the copies that one thread
+//    takes makes ptxas serialise every wgmma of the kernel (each tried with nvcc 13.0: "C7520
+//    Potential Performance Loss: wgmma.mma_async instructions are serialized due to program
+//    dependence on compiler-inserted WG.AR in divergent path"), which would undo rung 5's overlap
+//    and measure the wrong thing. So inside the window every thread runs a test
 //    that does not wait (mbarrier.test_wait) and the copies are issued under a predicate, not a
 //    branch: right after the loader's warpgroup gave K_it back, and once more after the softmax
 //    if the slot was not free yet. Only after wgmma_wait<0> does the loader wait for a slot: there
