@@ -29,6 +29,9 @@ void launch_fa3_pingpong(const Shape& s, course::Dtype t, const void* Q, const v
                          float* L);
 void launch_fa3_overlap(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                         float* L);
+// Rung 5 with its producer warpgroup removed (fa3_5_overlap_no_ws.cu): the ablation overlap_no_ws.
+void launch_fa3_overlap_no_ws(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                              float* L);
 
 void launch_fa3_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                       float* L);

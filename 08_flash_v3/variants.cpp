@@ -35,6 +35,7 @@ const std::vector<V2Variant>& v3_ablations() {
       {"tuned_lazy", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_lazy)},
       {"tuned_poly", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_poly)},
       {"tuned_2_stages", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_2_stages)},
+      {"overlap_no_ws", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_overlap_no_ws)},  // rung 5, no producer
       // Experiments on rung 6 (fa3_7_tile_overlap.cu): the next tile's first S under this tile's end.
       {"tile_overlap", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tile_overlap)},
       {"tile_overlap_wait_v_first", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tile_overlap_wait_v_first)},

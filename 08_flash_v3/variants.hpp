@@ -13,7 +13,8 @@ namespace attention {
 // wgmma, tma, warp_specialized, pingpong, overlap, tuned (fp16 and bf16, d = 64 or 128). Launchers
 // are empty unless the build has the sm_90a kernels (COURSE_HAS_HOPPER).
 const std::vector<V2Variant>& v3_variants();
-// Rung 6 (tuned) with one of its changes undone each, and the experiments on it (run only when named with --variants).
+// Rung 6 (tuned) with one of its changes undone each, the experiments on it, and rung 5 without warp
+// specialisation (the FA-3 paper's ablation, overlap_no_ws): run only when named with --variants.
 const std::vector<V2Variant>& v3_ablations();
 const V2Variant& v3_variant(const std::string& name);  // either list; UsageError for an unknown name
 

@@ -4,6 +4,8 @@
 #   sass      the rungs' resource use and a count of the instructions that matter (HGMMA, UTMALDG, ...)
 #   test      the stage's GPU tests
 #   sanitize  compute-sanitizer's four tools on the GPU tests (small shapes)
+#   race      the planted races (build/bin/08_race_demo, 08_flash_v3/race_demo.cu): each case plain, then
+#             under racecheck, memcheck and synccheck; what each reported, into the summary
 #   bench     the ladder grid (fp16 unless DTYPES says otherwise) and the peers in the same call
 #   ncu       Nsight Compute on one launch of each rung (d = 128 and 64, N = 4096, fp16)
 # Logs and CSVs land in $OUT; a short table is printed last.
@@ -77,6 +79,23 @@ if has sanitize; then
   done
 fi
 
+if has race; then  # race_demo.cu's header has the predictions these are to be checked against
+  echo "=== planted races ($(date +%T))"
+  note "race: $(compute-sanitizer --version 2>&1 | grep -iE 'version' | head -n 1)"
+  for c in $(build/bin/08_race_demo --list); do
+    build/bin/08_race_demo "$c" >"$OUT/race_$c.log" 2>&1
+    note "race $c plain: rc=$? $(grep -E '^(result|not run)' "$OUT/race_$c.log")"
+    for tool in racecheck memcheck synccheck; do
+      log="$OUT/race_${c}_$tool.log"
+      opts=(--tool "$tool" --error-exitcode 99 --print-limit 20)
+      [ "$tool" = racecheck ] && opts+=(--racecheck-report all)
+      timeout ${SAN_TIMEOUT:-120} compute-sanitizer "${opts[@]}" build/bin/08_race_demo "$c" >"$log" 2>&1
+      note "race $c $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) $(grep -E '^(result|not run)' "$log")"
+      grep -E "^=+ +(ERROR|WARNING|Error|Warning|Race|Potential|Barrier|Warpgroup)" "$log" | head -n 4 | cut -c1-220
+    done
+  done
+fi
+
 if has bench; then
   echo "=== bench ($(date +%T))"
   csv="$OUT/bench.csv"
@@ -93,8 +112,8 @@ if has bench; then
       >>"$OUT/bench.log" 2>&1 || note "peers: rc=$?"
   done
   if [ -n "${ABLATION:-}" ]; then  # two rounds, the variants in opposite orders (--variants' order)
-    for order in overlap,tuned,tuned_not_persistent,tuned_lazy,tuned_poly,tuned_2_stages \
-                 tuned_2_stages,tuned_poly,tuned_lazy,tuned_not_persistent,tuned,overlap; do
+    for order in overlap,overlap_no_ws,tuned,tuned_not_persistent,tuned_lazy,tuned_poly,tuned_2_stages \
+                 tuned_2_stages,tuned_poly,tuned_lazy,tuned_not_persistent,tuned,overlap_no_ws,overlap; do
       for d in 64 128; do
         for causal in "" "--causal"; do
           timeout 300 build/bin/08_flash_v3 --tokens 16384 --heads $((2048 / d)) --seq "$ABLATION" --d $d $causal \
