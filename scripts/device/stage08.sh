@@ -112,8 +112,9 @@ if has bench; then
       >>"$OUT/bench.log" 2>&1 || note "peers: rc=$?"
   done
   if [ -n "${ABLATION:-}" ]; then  # two rounds, the variants in opposite orders (--variants' order)
-    for order in overlap,overlap_no_ws,tuned,tuned_not_persistent,tuned_lazy,tuned_poly,tuned_2_stages \
-                 tuned_2_stages,tuned_poly,tuned_lazy,tuned_not_persistent,tuned,overlap_no_ws,overlap; do
+    list=${ABLATION_VARIANTS:-overlap,overlap_no_ws,tuned,tuned_not_persistent,tuned_lazy,tuned_poly,tuned_2_stages,tile_overlap,tile_overlap_wait_v_first}
+    reversed=$(echo "$list" | tr ',' '\n' | tac | paste -sd,)
+    for order in "$list" "$reversed"; do
       for d in 64 128; do
         for causal in "" "--causal"; do
           timeout 300 build/bin/08_flash_v3 --tokens 16384 --heads $((2048 / d)) --seq "$ABLATION" --d $d $causal \
