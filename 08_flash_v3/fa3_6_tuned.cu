@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(384, 1)
     int it = 0;  // loads consumed: the ring's phases
     for (int n = 0;; ++n) {
       pipe.wait_q(n);
-      const int t = *pipe.tile_slot(n);
+      const int t = pipe.tile_number(n);
       if (t < 0) break;
       int i, h;
       tile(t, i, h);

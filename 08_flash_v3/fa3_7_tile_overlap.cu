@@ -38,11 +38,8 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int NT = kBc / 8, DT = D / 8;
   extern __shared__ uint8_t smem_raw[];
   const Pipeline<D, kStages, true, 2> pipe{align1024(smem_raw)};
-  // The warp's number and (below) the tile numbers read from shared memory are broadcast from lane
-  // 0 (__shfl_sync): the same values, but ptxas then knows that they are the same in every lane of
-  // the warp, so that it keeps them and the shared-memory addresses and wgmma descriptors made from
-  // them in the warp's uniform registers (CUTLASS broadcasts its warp index for the same reason).
-  // Without it, this rung's K descriptors were rebuilt in ordinary registers before every wgmma.
+  // The warp's number, broadcast from lane 0 as the tile numbers are (Pipeline::tile_number), so that
+  // ptxas knows it is the same in every lane of the warp.
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
   // Tiles as in rung 6: t = h·Tr + x, query block i = x (causal: Tr − 1 − x), from a global counter.
   const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
@@ -74,7 +71,6 @@ __global__ void __launch_bounds__(384, 1)
     const int cwg = wg - 1, cwarp = warp - 4;
     auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
     auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (1 - cwg), 256); };
-    auto tile_number = [&](int n) { return __shfl_sync(0xffffffffu, *pipe.tile_slot(n), 0); };
     if (cwg == 1) pass_turn();  // warpgroup 0 goes first
 
     float S[1][NT][4];
@@ -82,7 +78,7 @@ __global__ void __launch_bounds__(384, 1)
     int it = 0;  // the load of the tile's first key block: the ring's phases
     // The first tile's first S, alone (block b's first tile is tile b: there is one).
     pipe.wait_q(0);
-    int t = tile_number(0);
+    int t = pipe.tile_number(0);
     pipe.wait_k(it);
     wait_turn();
     hopper::wgmma_fence();
@@ -138,7 +134,7 @@ __global__ void __launch_bounds__(384, 1)
       // under a branch makes ptxas serialise every wgmma of the kernel (its warning C7520).
       const int k = it + blocks - 1;
       pipe.wait_q(n + 1);
-      t = tile_number(n + 1);
+      t = pipe.tile_number(n + 1);
       const bool more = t >= 0;
       pipe.wait_v(k);
       if (more) pipe.wait_k(k + 1);

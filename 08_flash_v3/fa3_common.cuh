@@ -106,6 +106,19 @@ struct Pipeline {
     return reinterpret_cast<volatile int*>(bar(2 * kQSlots + 4 * kStages)) + (n & 1);
   }
 
+  // The consumers' read of tile n's number (rungs 6, 7), after wait_q(n): lane 0 reads it and hands
+  // it to its warp (__shfl_sync). Only lane 0 arrives on q_empty (release_q), and an arrive orders
+  // only its own thread's earlier reads before the producer's next write to the slot (tile n + 2's
+  // number): a read by the other lanes would race with that write (compute-sanitizer's racecheck
+  // reports it as soon as a block takes more than two tiles). The shuffle also tells ptxas that the
+  // number is the same in every lane of the warp, so that the addresses and wgmma descriptors made
+  // from it can stay in the warp's uniform registers (CUTLASS broadcasts its warp index likewise).
+  __device__ int tile_number(int n) const {
+    int t = 0;
+    if (threadIdx.x % 32 == 0) t = *tile_slot(n);
+    return __shfl_sync(0xffffffffu, t, 0);
+  }
+
   // One thread, before a __syncthreads.
   __device__ void init(int consumer_warps) const {
     for (int n = 0; n < kQSlots; ++n) {

@@ -70,7 +70,7 @@ fi
 
 if has sanitize; then
   echo "=== compute-sanitizer ($(date +%T))"
-  for tool in memcheck racecheck synccheck initcheck; do
+  for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
     log="$OUT/sanitize_$tool.log"
     COURSE_SANITIZER=1 timeout ${SAN_TIMEOUT:-120} compute-sanitizer --tool "$tool" --error-exitcode 99 \
       build/bin/test_08_flash_v3_gpu '-tce=*measured*' >"$log" 2>&1
