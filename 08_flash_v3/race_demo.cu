@@ -11,7 +11,7 @@
 // The question: compute-sanitizer's racecheck reports 0 hazards on every rung of stage 08. Does that
 // say anything about the rungs' waits on the copy engine (TMA) and on the tensor cores (wgmma)? Only
 // if racecheck sees those units' shared-memory accesses at all. What NVIDIA's documentation says
-// (Compute Sanitizer user guide and release notes, read for this file; nothing here measured yet):
+// (Compute Sanitizer user guide and release notes, read for this file):
 //  - racecheck finds hazards between threads' shared-memory accesses (WAW, WAR, RAW) that no
 //    barrier orders (__syncthreads, __syncwarp, cuda::barrier / mbarrier);
 //  - "Racecheck support for asynchronous copy": the Ampere copies (cuda::memcpy_async, PTX cp.async)
@@ -26,10 +26,11 @@
 //  - wgmma: memcheck and synccheck support "warpgroup operations" since 2023.1 (synccheck checks
 //    that the four warps issue the same wgmma's); no release says that racecheck tracks wgmma's
 //    operand reads from shared memory.
-// The GPU machines run CUDA 13.0, whose Compute Sanitizer is, we expect, 2025.3 (the step `race`
-// prints the version): after 2024.4, before 2026.2 and 2026.3.
+// The GPU machines run CUDA 13.0, whose Compute Sanitizer is 2025.3.1 (the step `race` prints the
+// version): after 2024.4, before 2026.2 and 2026.3.
 //
-// PREDICTIONS, to be checked on the GPU (nothing here has been run yet):
+// PREDICTIONS, written before the first run; on the H100 with Compute Sanitizer 2025.3.1 every one
+// of them held (chapter 08, Correctness, has the counts):
 //   case          plain run                                    racecheck
 //   smem_race     some reads old: warp 0's 32 at least (warp   ERROR: "Race reported between Write
 //                 1 writes 20 us late), up to 96 (warps 1-3    access ... and Read access ..." at the
