@@ -112,8 +112,7 @@ void Bench::measure_gpu(Row& row, const std::function<void()>& launch,
 #endif
 }
 
-void Bench::between_rounds(const Row& row, int round) {
-  if (options_.between_rounds.empty() || !rounds_note_.empty()) return;
+std::string run_between_rounds(const std::string& command, const Row& row, int round) {
   setenv("COURSE_STAGE", row.stage.c_str(), 1);
   setenv("COURSE_VARIANT", row.variant.c_str(), 1);
   setenv("COURSE_DTYPE", row.dtype.c_str(), 1);
@@ -121,12 +120,18 @@ void Bench::between_rounds(const Row& row, int round) {
   setenv("COURSE_ROUND", std::to_string(round).c_str(), 1);
   std::cout.flush();
   std::fflush(nullptr);
-  const int status = std::system(options_.between_rounds.c_str());
-  if (status == 0) return;
-  std::string how = status == -1              ? "could not be started"
-                    : WIFEXITED(status)       ? "exit status " + std::to_string(WEXITSTATUS(status))
-                    : WIFSIGNALED(status)     ? "killed by signal " + std::to_string(WTERMSIG(status))
-                                              : "status " + std::to_string(status);
+  const int status = std::system(command.c_str());
+  if (status == 0) return "";
+  if (status == -1) return "could not be started";
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+void Bench::between_rounds(const Row& row, int round) {
+  if (options_.between_rounds.empty() || !rounds_note_.empty()) return;
+  const std::string how = run_between_rounds(options_.between_rounds, row, round);
+  if (how.empty()) return;
   rounds_note_ = "--between-rounds '" + options_.between_rounds + "' failed (" + how + ") after round " +
                  std::to_string(round) + " of " + row.variant + " " + row.dtype + " " + row.shape +
                  "; not run again";
@@ -165,7 +170,7 @@ int Bench::finish(const std::string& title, std::vector<std::string> notes) {
   } else if (!counters_note_.empty()) {
     notes.push_back("measured IO n/a: " + counters_note_);
   }
-  if (options_.rounds > 1)
+  if (use_gpu_ && options_.rounds > 1)
     notes.push_back("--rounds " + std::to_string(options_.rounds) +
                     ": a row a round; the counters, the kernel time and the error are measured in the first");
   if (use_gpu_ && options_.kernel_time && !kernel_note_.empty()) notes.push_back("kernel time n/a: " + kernel_note_);

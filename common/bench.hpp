@@ -14,6 +14,11 @@
 
 namespace course {
 
+// Runs `command` (a shell command: --between-rounds) with the row's problem in its environment
+// (COURSE_STAGE, COURSE_VARIANT, COURSE_DTYPE, COURSE_SHAPE, COURSE_ROUND). Returns "" when it
+// exits 0, else how it failed ("exit status 3", "killed by signal 9", ...).
+std::string run_between_rounds(const std::string& command, const Row& row, int round);
+
 class Bench {
  public:
   Bench(std::string stage, const CommonOptions& options);

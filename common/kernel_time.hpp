@@ -48,6 +48,11 @@ struct GpuOp {
   bool flush = false;
 };
 
+// Marks the flush's pieces in `ops` (sorted by start): each run of consecutive pieces named, in
+// order, as the flush alone ran them (`flush_names`). A call's own memset or kernel that happens to
+// share one name with the flush is not taken for it.
+void mark_flush(std::vector<GpuOp>& ops, const std::vector<std::string>& flush_names);
+
 // The calls in a sequence of pieces of GPU work (sorted here by start): each run of flush pieces
 // opens a call, which holds every piece up to the next flush. Pieces before the first flush belong
 // to no call and are dropped.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ours against the peers, cell by cell, round k against round k, with the spread and the kernel time.
 
-    python3 scripts/fairness.py bench.csv [more.csv ...] [--markdown]
+    python3 scripts/fairness.py bench.csv [more.csv ...] [--markdown | --compact | --brief] [--stage 08]
 
 For every problem (a cell: stage, dtype, shape without our block sizes) that has rows of ours and
 of a peer (pytorch_*, triton_*) timed on a GPU: each side's TFLOP/s as the median of its rounds with
@@ -11,7 +11,10 @@ over ours) round by round, k against k, median and min-max. Then the kernel-leve
 rows have it (--kernel-time, first round): each side's kernel time against its event time of the
 same round (a positive difference would be host work in the event time), the ratio at kernel level,
 and the pieces of GPU work a call runs (ours / the peer's: a layout copy would show there). Standard
-library only; scripts/report.py puts the same table in summary.md.
+library only; scripts/report.py puts the same table in summary.md. --compact: a short line a cell
+and peer; --brief: a line for each stage, variant of ours and peer, over its cells (the range of the
+cells' median ratios, the cells whose rounds fall on both sides of 1, the kernel level, the host's
+share, the pieces of GPU work); --stage keeps the stages whose name starts so.
 """
 import argparse
 import csv
@@ -138,6 +141,36 @@ def markdown_table(comparisons):
     return "\n".join(lines)
 
 
+def compact_lines(comparisons):
+    lines = []
+    for c in comparisons:
+        f = fields(c["shape"])
+        cell = f"{c['stage'][:2]} {c['dtype']} d={f.get('d')} c={f.get('causal')} N={f.get('N')}"
+        lines.append(f"{cell:24s} {c['ours'] + '/' + c['peer']:32s} {fmt_spread(c['ratio'], '.3f'):22s} "
+                     f"kernel {fmt(c['kernel_ratio'], '.3f'):6s} ev/kern {fmt(c['ours_host'], '+.1%')}/"
+                     f"{fmt(c['peer_host'], '+.1%')} ops {fmt_ops(c['ops'])}")
+    return "\n".join(lines)
+
+
+def brief_lines(comparisons):
+    groups = OrderedDict()
+    for c in comparisons:
+        groups.setdefault((c["stage"], c["ours"], c["peer"]), []).append(c)
+    lines = []
+    for (stage, ours, peer), cs in groups.items():
+        medians = [c["ratio"][0] for c in cs if c["ratio"]]
+        straddle = sum(1 for c in cs if c["ratio"] and c["ratio"][1] < 1.0 < c["ratio"][2])
+        kernel = [c["kernel_ratio"] for c in cs if c["kernel_ratio"] is not None]
+        span = lambda v, spec: f"{format(min(v), spec)} to {format(max(v), spec)}" if v else "n/a"  # noqa: E731
+        ops = lambda i: "/".join(sorted({fmt_ops((c["ops"][i],)) for c in cs}))  # noqa: E731
+        lines.append(f"{stage} {ours} / {peer}: {len(cs)} cells; ratio (median of rounds) {span(medians, '.3f')}, "
+                     f"{straddle} cells with rounds on both sides of 1; kernel level {span(kernel, '.3f')}; "
+                     f"events over kernels: ours {span([c['ours_host'] for c in cs if c['ours_host'] is not None], '+.1%')}, "
+                     f"peer {span([c['peer_host'] for c in cs if c['peer_host'] is not None], '+.1%')}; "
+                     f"GPU ops a call: ours {ops(0)}, peer {ops(1)}")
+    return "\n".join(lines)
+
+
 EXPLAIN = ("TFLOP/s: median of the rounds [min-max]; ours / peer: the speed ratio (the peer's time over ours) "
            "of round k against round k, median [min-max]; at kernel level: the same from the kernel times of "
            "the first round (the GPU's own time of a call's work, without the host); events over kernels: how "
@@ -156,15 +189,24 @@ def read(paths):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("csv", nargs="+")
-    p.add_argument("--markdown", action="store_true", help="a Markdown table instead of text")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--markdown", action="store_true", help="a Markdown table instead of text")
+    form.add_argument("--compact", action="store_true", help="a short line a cell and peer")
+    form.add_argument("--brief", action="store_true", help="a line a stage, variant and peer, over its cells")
+    p.add_argument("--stage", default="", help="only the stages whose name starts with this")
     args = p.parse_args()
-    comparisons = compare(read(args.csv))
+    comparisons = [c for c in compare(read(args.csv)) if c["stage"].startswith(args.stage)]
     if not comparisons:
         print("fairness.py: no cell with rows of ours and of a peer timed on a GPU")
         return 0
-    print(markdown_table(comparisons) if args.markdown else text_table(comparisons))
-    print()
-    print(EXPLAIN)
+    if args.brief:
+        print(brief_lines(comparisons))
+    elif args.compact:
+        print(compact_lines(comparisons))
+    else:
+        print(markdown_table(comparisons) if args.markdown else text_table(comparisons))
+        print()
+        print(EXPLAIN)
     return 0
 
 

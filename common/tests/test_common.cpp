@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "bench.hpp"
 #include "check.hpp"
 #include "compare.hpp"
 #include "dtype.hpp"
@@ -233,6 +234,20 @@ TEST_CASE("--rounds, --between-rounds and --kernel-time") {
   CHECK(!defaults.kernel_time);
 }
 
+TEST_CASE("--between-rounds: the command sees the problem and the round; a failure is said") {
+  Row row;
+  row.stage = "08_flash_v3";
+  row.variant = "tuned";
+  row.dtype = "bf16";
+  row.shape = "B=4 H=16 N=4096 d=128 causal=1 Br=128 Bc=128";
+  CHECK(run_between_rounds("test \"$COURSE_STAGE $COURSE_VARIANT $COURSE_DTYPE $COURSE_ROUND\" = "
+                           "\"08_flash_v3 tuned bf16 3\" && test \"$COURSE_SHAPE\" = "
+                           "\"B=4 H=16 N=4096 d=128 causal=1 Br=128 Bc=128\"",
+                           row, 3) == "");
+  CHECK(run_between_rounds("exit 7", row, 1) == "exit status 7");
+  CHECK(run_between_rounds("kill -9 $$", row, 1) == "killed by signal 9");
+}
+
 TEST_CASE("kernel time: the GPU work split into calls at the L2 flushes, summed, the median") {
   // flush, [memset, kernel], flush, [memset, kernel], flush, [memset, kernel]; a piece before the
   // first flush belongs to no call. Out of order on purpose: the split sorts by start.
@@ -262,6 +277,17 @@ TEST_CASE("kernel time: the GPU work split into calls at the L2 flushes, summed,
   REQUIRE(varied);
   CHECK(varied->ops == -1);
   CHECK(!kernel_time_of(split_calls({{"k", 0, 1, false}}), 1, why));  // no flush: no call
+  // The flush recognised as its sequence of pieces: a call's own memset is not taken for it.
+  ops = {{"memset", 0, 1, false}, {"read_all", 1, 2, false}, {"memset", 3, 4, false}, {"k", 4, 6, false},
+         {"memset", 7, 8, false}, {"read_all", 8, 9, false}, {"memset", 10, 11, false}, {"k", 11, 14, false}};
+  mark_flush(ops, {"memset", "read_all"});
+  CHECK(ops[0].flush);
+  CHECK(ops[1].flush);
+  CHECK(!ops[2].flush);
+  const auto sequence = kernel_time_of(split_calls(ops), 2, why);
+  REQUIRE(sequence);
+  CHECK(sequence->ops == 2);
+  CHECK(sequence->median_ms == doctest::Approx(3.5e-6));
   CHECK(short_kernel_name("void attention::fa3::flash_v3_tuned<__half, 128, 2>(CUtensorMap, int)") ==
         "flash_v3_tuned");
   CHECK(short_kernel_name("course::(anonymous namespace)::read_all(int4 const*, unsigned long, int*, int)") ==
