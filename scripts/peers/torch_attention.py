@@ -340,8 +340,8 @@ def serve(env):
         try:
             stage, variant, dtype, shape, round_no = line.split("\t")
             if not pair_with or variant in pair_with:
-                f = shape_fields(shape)
-                key = (f["B"], f["H"], f["N"], f["d"], f["causal"] != 0, dtype)
+                fields = shape_fields(shape)
+                key = (fields["B"], fields["H"], fields["N"], fields["d"], fields["causal"] != 0, dtype)
                 if prob is None or prob.key != key:
                     prob = None
                     env.torch.cuda.empty_cache()
@@ -352,8 +352,8 @@ def serve(env):
         except Exception as e:  # say so, and answer: ours must not wait for a peer that failed
             print(f"torch_attention.py: request {line!r} failed: {type(e).__name__}: {e}")
         sys.stdout.flush()
-        with open(reply, "w") as f:
-            f.write("done\n")
+        with open(reply, "w") as answer:
+            answer.write("done\n")
     return 0
 
 
