@@ -155,23 +155,27 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   std::lock_guard<std::mutex> lock(g_mutex);
   CUpti_Activity* record = nullptr;
+  // A record without both timestamps (not completed) is left out.
+  const auto keep = [](std::string name, uint64_t start, uint64_t end) {
+    if (start != 0 && end >= start) g_sink->push_back({std::move(name), double(start), double(end), false});
+  };
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
     if (g_sink == nullptr) continue;
     switch (record->kind) {
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
       case CUPTI_ACTIVITY_KIND_KERNEL: {
         const auto* k = reinterpret_cast<const KernelRecord*>(record);
-        g_sink->push_back({demangled(k->name), double(k->start), double(k->end), false});
+        keep(demangled(k->name), k->start, k->end);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const MemsetRecord*>(record);
-        g_sink->push_back({"memset", double(m->start), double(m->end), false});
+        keep("memset", m->start, m->end);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const MemcpyRecord*>(record);
-        g_sink->push_back({"memcpy", double(m->start), double(m->end), false});
+        keep("memcpy", m->start, m->end);
         break;
       }
       default:
