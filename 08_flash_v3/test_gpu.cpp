@@ -2,10 +2,12 @@
 // and 128, causal or not, N = 1 and N on both sides of a block, against float64 (O and L) with
 // stage 06's rule; large logits; outlier channels; many heads; measured SM<->L2 traffic against
 // the CPU count; bad input.
+#include <cuda.h>  // CUtensorMap
 #include <doctest/doctest.h>
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,12 @@
 
 using namespace attention;
 using course::Dtype;
+
+namespace attention::fa3 {
+// fa3_host.cu (declared in fa3_common.cuh, which holds device code): a tensor map, from its cache
+// when it made the same one before.
+CUtensorMap make_tensor_map(const void* base, bool bf16, int heads, int N, int d, int box_rows);
+}  // namespace attention::fa3
 
 namespace {
 
@@ -191,4 +199,27 @@ TEST_CASE("stage 08 kernels: measured SM<->L2 traffic is the counted traffic (TM
       CHECK(r.traffic->l2_read_bytes == doctest::Approx(reads).epsilon(eps));
       CHECK(r.traffic->l2_write_bytes == doctest::Approx(writes).epsilon(eps));
     }
+}
+
+TEST_CASE("tensor maps: the same arguments give the same map (kept), other buffers or shapes their own") {
+  // The TMA rungs' maps are kept by what the encoding reads (fa3_host.cu), so that timed launches on
+  // the same buffers do not encode them again. A launch on buffers freed and allocated again (often
+  // at the same address) or of another shape must still be right.
+  const V2Variant& tuned = v3_variant("tuned");
+  for (int d : {64, 128})
+    for (int N : {1000, 517, 1000}) {
+      const Shape s{1, 3, N, d, N == 517};
+      const auto in = make_inputs(s, Dtype::fp16, course::fresh_seed());
+      CAPTURE(s.text());
+      CAPTURE(in.seed);
+      check_result(s, Dtype::fp16, in, run_gpu(tuned, s, Dtype::fp16, in));  // a new DeviceRun each time
+    }
+  course::DeviceBuffer<std::uint16_t> a(2 * 256 * 64), b(2 * 256 * 64);
+  const CUtensorMap first = fa3::make_tensor_map(a.get(), false, 2, 256, 64, 128);
+  const CUtensorMap again = fa3::make_tensor_map(a.get(), false, 2, 256, 64, 128);
+  const CUtensorMap other = fa3::make_tensor_map(b.get(), false, 2, 256, 64, 128);
+  const CUtensorMap shorter = fa3::make_tensor_map(a.get(), false, 2, 200, 64, 128);
+  CHECK(std::memcmp(&first, &again, sizeof first) == 0);
+  CHECK(std::memcmp(&first, &other, sizeof first) != 0);
+  CHECK(std::memcmp(&first, &shorter, sizeof first) != 0);
 }

@@ -14,6 +14,11 @@
 
 namespace course {
 
+// Runs `command` (a shell command: --between-rounds) with the row's problem in its environment
+// (COURSE_STAGE, COURSE_VARIANT, COURSE_DTYPE, COURSE_SHAPE, COURSE_ROUND). Returns "" when it
+// exits 0, else how it failed ("exit status 3", "killed by signal 9", ...).
+std::string run_between_rounds(const std::string& command, const Row& row, int round);
+
 class Bench {
  public:
   Bench(std::string stage, const CommonOptions& options);
@@ -37,10 +42,14 @@ class Bench {
 
   // The GPU run of a variant: `launch` enqueues it (on output the caller has poisoned), `check`
   // compares its result with the reference; then timing (median of --reps, L2 flushed before each)
-  // and the counters. Fills the row's GPU columns.
+  // in --rounds rounds, each followed by --between-rounds' command; with --kernel-time, in the
+  // first round, the kernel time (kernel_time.hpp); then the counters. Fills the row's GPU columns
+  // (round 1's time); add() then adds a row for each further round.
   void measure_gpu(Row& row, const std::function<void()>& launch,
                    const std::function<Comparison()>& check);
 
+  // Adds the row, and after measure_gpu one row for each round after the first: the same problem,
+  // that round's time, and nothing measured only once (the counters, the kernel time, the error).
   void add(Row row);
 
   // Prints `title`, the table, `notes` and the reasons for n/a columns, appends the CSV; returns
@@ -49,6 +58,7 @@ class Bench {
 
  private:
   void report_check(const Row& row, const char* where, const Comparison& check);
+  void between_rounds(const Row& row, int round);
 
   std::string stage_;
   const CommonOptions& options_;
@@ -57,6 +67,14 @@ class Bench {
   std::vector<Row> rows_;
   std::string counters_note_;
   std::vector<std::string> extra_lines_;  // --metrics
+  std::vector<std::string> kernel_lines_;  // --kernel-time
+  std::string kernel_note_;                // why a kernel time is missing
+  std::string rounds_note_;                // why --between-rounds stopped
+  struct Round {
+    int round;
+    double median_ms, min_ms, max_ms;
+  };
+  std::vector<Round> later_rounds_;  // of the last measure_gpu, for add()
   bool all_ok_ = true;
 };
 

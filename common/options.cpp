@@ -79,6 +79,18 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--warmup", o.warmup, "Untimed warm-up runs before timing")
       ->check(whole_number(0))
       ->capture_default_str();
+  app.add_option("--rounds", o.rounds,
+                 "Time each GPU run this many times in a row (rounds), each a median of --reps, one CSV "
+                 "row a round (column round)")
+      ->check(whole_number(1))
+      ->capture_default_str();
+  app.add_option("--between-rounds", o.between_rounds,
+                 "Shell command run after each round of each timed run, with COURSE_STAGE, COURSE_VARIANT, "
+                 "COURSE_DTYPE, COURSE_SHAPE and COURSE_ROUND set (scripts/peers/peer_turn.sh: the peers "
+                 "time the same problem, so that the two alternate)");
+  app.add_flag("--kernel-time", o.kernel_time,
+               "Also time each GPU run's kernels alone, without the host (CUPTI activity records; "
+               "columns kernel_ms and kernels), in its first round");
   app.add_flag("--no-counters", o.no_counters, "Do not read the GPU's hardware counters");
   app.add_option("--metrics", o.metrics,
                  "Also read these hardware metrics (CUPTI/ncu names, e.g. "

@@ -14,6 +14,9 @@ struct CommonOptions {
   std::vector<std::string> variants;  // --variants a,b: run only these (default: all)
   int reps = 20;                      // --reps: timed runs (the median is reported)
   int warmup = 3;                     // --warmup: untimed runs first
+  int rounds = 1;                     // --rounds: time each run this many times, a row each
+  std::string between_rounds;         // --between-rounds CMD: run after each round (the peers' turn)
+  bool kernel_time = false;           // --kernel-time: also the GPU's own time of a call (CUPTI)
   bool no_counters = false;           // --no-counters: skip the hardware-counter pass
   std::vector<std::string> metrics;   // --metrics a,b: extra counters to read and print
   bool no_gpu = false;                // --no-gpu: CPU parts only, even with a GPU present

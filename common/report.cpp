@@ -21,7 +21,9 @@ const std::vector<std::string>& csv_columns() {
   static const std::vector<std::string> columns = {
       "stage", "variant", "device", "dtype", "shape", "size", "flops", "ms", "tflops", "gbps",
       "io_model_bytes", "io_counted_bytes", "dram_read_bytes", "dram_write_bytes",
-      "l2_read_bytes", "l2_write_bytes", "peak_mem_bytes", "max_rel_err"};
+      "l2_read_bytes", "l2_write_bytes", "peak_mem_bytes", "max_rel_err",
+      // added later, at the end, so that readers of older CSVs by position still work
+      "ms_min", "ms_max", "kernel_ms", "kernels", "round"};
   return columns;
 }
 
@@ -58,7 +60,8 @@ std::string csv_line(const Row& r) {
       number(r.size), number(r.flops), number(r.ms), number(r.tflops), number(r.gbps),
       number(r.io_model_bytes), number(r.io_counted_bytes), number(r.dram_read_bytes),
       number(r.dram_write_bytes), number(r.l2_read_bytes), number(r.l2_write_bytes),
-      number(r.peak_mem_bytes), number(r.max_rel_err)};
+      number(r.peak_mem_bytes), number(r.max_rel_err), number(r.ms_min), number(r.ms_max),
+      number(r.kernel_ms), number(r.kernels), number(r.round)};
   std::string line;
   for (const auto& field : fields) line += (&field == fields ? "" : ",") + field;
   return line;

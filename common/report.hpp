@@ -21,6 +21,11 @@ struct Row {
   std::optional<double> io_model_bytes, io_counted_bytes;
   std::optional<double> dram_read_bytes, dram_write_bytes, l2_read_bytes, l2_write_bytes;
   std::optional<double> peak_mem_bytes, max_rel_err;
+  // Added at the end of the schema (older CSVs lack them):
+  std::optional<double> ms_min, ms_max;  // the fastest and slowest of the timed runs behind ms
+  std::optional<double> kernel_ms;       // median kernel time of a call (kernel_time.hpp: GPU work alone)
+  std::optional<double> kernels;         // pieces of GPU work a call runs (kernels, memsets, copies)
+  std::optional<double> round;           // which round of timing this row is (--rounds), from 1
 
   // tflops = flops / time; gbps = io_model_bytes / time (the model's bytes at the measured speed).
   void derive_rates();

@@ -11,9 +11,11 @@ flash_v2_io.png; stage 07: backward_ladder*.png, backward_vs_fa2.png, backward_f
 flash_v3_ladder*.png, flash_v3_vs_cudnn.png, flash_v3_io.png; without a GPU,
 attention_counted_io.png: stages 05-08's model and CPU count) and DIR/summary.md (with stage 06's,
 07's and 08's tables, and why a figure is missing), and prints the summary. Several rows of one
-problem (rounds) count as their median; stage 08's table shows their min-max too. Its figures that
-these rows do not give (an earlier run's) are removed from DIR. Without matplotlib it writes the
-summary.
+problem (rounds) count as their median; stage 08's table shows their min-max too. Rows written in
+rounds (the round column) or with a kernel time (kernel_ms) add a table of ours against each peer,
+cell by cell, round k against round k, with the kernel-level check (scripts/fairness.py). Its
+figures that these rows do not give (an earlier run's) are removed from DIR. Without matplotlib it
+writes the summary.
 """
 import argparse
 import csv
@@ -22,6 +24,8 @@ import os
 import statistics
 import sys
 from collections import OrderedDict
+
+import fairness  # beside this script
 
 try:
     import matplotlib
@@ -101,7 +105,9 @@ FAMILIES = OrderedDict(
 
 NUMERIC = ["size", "flops", "ms", "tflops", "gbps", "io_model_bytes", "io_counted_bytes",
            "dram_read_bytes", "dram_write_bytes", "l2_read_bytes", "l2_write_bytes",
-           "peak_mem_bytes", "max_rel_err"]
+           "peak_mem_bytes", "max_rel_err",
+           # added at the end of the schema; older CSVs lack them (read as None)
+           "ms_min", "ms_max", "kernel_ms", "kernels"]
 
 
 def read_rows(paths):
@@ -1175,6 +1181,19 @@ def summary_row(name, best, peer, metric):
         fmt(best.get("max_rel_err"), ".1e")]) + " |"
 
 
+def fairness_section(rows):
+    """Ours against each peer, round k against round k, with the kernel-level check: for rows written
+    in rounds or with a kernel time (older CSVs have neither, and get no such table)."""
+    rounds = any(str(r.get("round") or "") not in ("", "1") for r in rows)
+    if not rounds and not any(r.get("kernel_ms") is not None for r in rows):
+        return ""
+    comparisons = fairness.compare(rows)
+    if not comparisons:
+        return ""
+    return ("\n### Ours against the peers, round k against round k\n\n" + fairness.markdown_table(comparisons) +
+            "\n\n" + fairness.EXPLAIN + "\n")
+
+
 def summary(records):
     """Per family, variant and dtype, the largest size that was timed (or counted, without a GPU);
     the dtype goes next to the variant in families that have several."""
@@ -1213,7 +1232,8 @@ def main():
     for path in args.csv:
         if not os.path.exists(path):
             sys.exit(f"report.py: {path}: no such file")
-    records = merged(read_rows(args.csv))
+    rows = read_rows(args.csv)
+    records = merged(rows)
     if not records:
         sys.exit("report.py: no rows in " + ", ".join(args.csv))
     os.makedirs(args.out, exist_ok=True)
@@ -1228,7 +1248,7 @@ def main():
         written += plot_flash_v3(records, args.out)
         written.append(plot_counted_io(records, args.out))
     text = (summary(records) + flash_v2_tables(records) + backward_tables(records) + flash_v3_tables(records) +
-            figure_notes(records))
+            fairness_section(rows) + figure_notes(records))
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)
     print(text)

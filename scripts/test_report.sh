@@ -103,4 +103,29 @@ grep -v pytorch_ "$out/gpu08/r.csv" >"$out/gpu08/no_peers.csv"
 [ ! -e "$out/gpu08/flash_v3_vs_cudnn.png" ] && [ -s "$out/gpu08/flash_v3_ladder.png" ] &&
   grep -qF "08_flash_v3: no peer rows in the ladder's cells" "$out/gpu08/summary.md" ||
   { echo "without peers: a stale figure, or no note"; exit 1; }
+grep -qF "Ours against the peers" "$out/gpu08/summary.md" &&
+  { echo "rows without rounds or kernel times (the older schema) got a fairness table"; exit 1; }
+
+# Rows in the current schema (ms_min, ms_max, kernel_ms, kernels, round at the end), three rounds of
+# ours alternating with the peers': the ladder's median as before, and the table of ours against each
+# peer, round k against round k, with the kernel level from the first round.
+mkdir "$out/rounds"
+h="B=4 H=32 N=4096 d=64 causal=0"
+{
+  echo "stage,variant,device,dtype,shape,size,flops,ms,tflops,gbps,io_model_bytes,io_counted_bytes,dram_read_bytes,dram_write_bytes,l2_read_bytes,l2_write_bytes,peak_mem_bytes,max_rel_err,ms_min,ms_max,kernel_ms,kernels,round"
+  for k in 1 2 3; do
+    ours=$(echo "1.00 1.10 1.05" | cut -d' ' -f$k) peer=$(echo "1.20 1.21 1.26" | cut -d' ' -f$k)
+    kern="" peerk="" ops="" peerops=""
+    [ $k = 1 ] && kern=0.98 peerk=1.10 ops=2 peerops=1
+    echo "08_flash_v3,tuned,$g,fp16,$h Br=128 Bc=128,4096,549755813888,$ours,,,,,,,,,,,$ours,$ours,$kern,$ops,$k"
+    echo "08_flash_v3,pytorch_cudnn,$g,fp16,$h,4096,549755813888,$peer,,,,,,,,,,,$peer,$peer,$peerk,$peerops,$k"
+  done
+} >"$out/rounds/r.csv"
+"$py" "$here/report.py" "$out/rounds/r.csv" --out "$out/rounds" >/dev/null
+grep -qF "### Ours against the peers, round k against round k" "$out/rounds/summary.md" &&
+  grep -qF "| 08 | fp16 | d=64 causal=0 N=4096 B=4 H=32 | tuned | pytorch_cudnn | 523.6 [499.8-549.8] | 454.3 [436.3-458.1] | 3/3 | 1.200 [1.100-1.200] | 1.122 | +2.0% / +9.1% | 2/1 |" \
+    "$out/rounds/summary.md" || { echo "the table of ours against the peers is wrong"; exit 1; }
+"$py" "$here/fairness.py" "$out/rounds/r.csv" >"$out/rounds/fairness.txt"
+grep -qE "^08 +fp16 .*tuned +pytorch_cudnn .*1\.200 \[1\.100-1\.200\]" "$out/rounds/fairness.txt" ||
+  { echo "fairness.py's text table is wrong"; exit 1; }
 echo "report.py: figures and summary written"

@@ -10,12 +10,14 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "bench.hpp"
 #include "check.hpp"
 #include "compare.hpp"
 #include "dtype.hpp"
 #include "gpu.hpp"
 #include "inputs.hpp"
 #include "io_count.hpp"
+#include "kernel_time.hpp"
 #include "options.hpp"
 #include "report.hpp"
 
@@ -147,7 +149,7 @@ TEST_CASE("report: CSV rows follow the schema; unknown values stay empty, never 
   row.flops = 48;
   row.io_model_bytes = 1024;
   const std::string line = csv_line(row);
-  CHECK(line == "01_naive_matmul,coalesced,cpu,fp32,M=2 N=3 K=4,2,48,,,,1024,,,,,,,");
+  CHECK(line == "01_naive_matmul,coalesced,cpu,fp32,M=2 N=3 K=4,2,48,,,,1024,,,,,,,,,,,,");
   CHECK(std::count(line.begin(), line.end(), ',') + 1 == long(csv_columns().size()));
   row.variant = "a,b";
   CHECK(csv_line(row).rfind("01_naive_matmul,\"a,b\",", 0) == 0);
@@ -156,6 +158,16 @@ TEST_CASE("report: CSV rows follow the schema; unknown values stay empty, never 
   row.derive_rates();
   CHECK(*row.tflops == doctest::Approx(48.0 / 2e9));
   CHECK(*row.gbps == doctest::Approx(1024.0 / 2e6));
+
+  // The columns added later sit at the end, so that the first 18 are where they always were.
+  const auto& columns = csv_columns();
+  REQUIRE(columns.size() == 23);
+  CHECK(columns[17] == "max_rel_err");
+  CHECK(std::vector<std::string>(columns.begin() + 18, columns.end()) ==
+        std::vector<std::string>{"ms_min", "ms_max", "kernel_ms", "kernels", "round"});
+  row.variant = "v";
+  row.ms_min = 1.5, row.ms_max = 2.5, row.kernel_ms = 1.9, row.kernels = 2, row.round = 3;
+  CHECK(csv_line(row).substr(csv_line(row).size() - 16) == ",1.5,2.5,1.9,2,3");
 }
 
 TEST_CASE("report: append_csv writes the header once and refuses a file with another header") {
@@ -196,6 +208,94 @@ TEST_CASE("--seed: a whole number from 0 to 2^64 - 1; a negative one is refused 
     CAPTURE(bad);
     CHECK(parse({"--seed", bad}).first == 2);
   }
+}
+
+TEST_CASE("--rounds, --between-rounds and --kernel-time") {
+  CLI::App app{"t"};
+  CommonOptions options;
+  add_common_options(app, options);
+  std::vector<std::string> args = {"t", "--rounds", "5", "--between-rounds", "scripts/peers/peer_turn.sh /tmp/x",
+                                   "--kernel-time"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  CHECK(parse_options(app, int(argv.size()), argv.data()) == -1);
+  CHECK(options.rounds == 5);
+  CHECK(options.between_rounds == "scripts/peers/peer_turn.sh /tmp/x");
+  CHECK(options.kernel_time);
+  CLI::App again{"t"};
+  CommonOptions defaults;
+  add_common_options(again, defaults);
+  std::vector<std::string> bad = {"t", "--rounds", "0"};
+  std::vector<char*> bad_argv;
+  for (auto& a : bad) bad_argv.push_back(a.data());
+  CHECK(parse_options(again, int(bad_argv.size()), bad_argv.data()) == 2);
+  CHECK(defaults.rounds == 1);
+  CHECK(defaults.between_rounds.empty());
+  CHECK(!defaults.kernel_time);
+}
+
+TEST_CASE("--between-rounds: the command sees the problem and the round; a failure is said") {
+  Row row;
+  row.stage = "08_flash_v3";
+  row.variant = "tuned";
+  row.dtype = "bf16";
+  row.shape = "B=4 H=16 N=4096 d=128 causal=1 Br=128 Bc=128";
+  CHECK(run_between_rounds("test \"$COURSE_STAGE $COURSE_VARIANT $COURSE_DTYPE $COURSE_ROUND\" = "
+                           "\"08_flash_v3 tuned bf16 3\" && test \"$COURSE_SHAPE\" = "
+                           "\"B=4 H=16 N=4096 d=128 causal=1 Br=128 Bc=128\"",
+                           row, 3) == "");
+  CHECK(run_between_rounds("exit 7", row, 1) == "exit status 7");
+  CHECK(run_between_rounds("kill -9 $$", row, 1) == "killed by signal 9");
+}
+
+TEST_CASE("kernel time: the GPU work split into calls at the L2 flushes, summed, the median") {
+  // flush, [memset, kernel], flush, [memset, kernel], flush, [memset, kernel]; a piece before the
+  // first flush belongs to no call. Out of order on purpose: the split sorts by start.
+  std::vector<GpuOp> ops = {
+      {"before", 0, 5, false},          {"flash_v3_tuned", 120, 220, false}, {"read_all", 10, 60, true},
+      {"memset", 100, 102, false},      {"read_all", 300, 350, true},        {"memset", 360, 362, false},
+      {"flash_v3_tuned", 370, 490, false}, {"read_all", 500, 550, true},    {"memset", 560, 562, false},
+      {"flash_v3_tuned", 570, 680, false}};
+  const auto calls = split_calls(ops);
+  REQUIRE(calls.size() == 3);
+  CHECK(calls[0].size() == 2);
+  CHECK(calls[0][0].name == "memset");
+  std::string why;
+  const auto t = kernel_time_of(calls, 3, why);
+  REQUIRE(t);
+  CHECK(t->ops == 2);
+  CHECK(t->median_ms == doctest::Approx(112e-6));  // 102, 122, 112 ns
+  CHECK(t->min_ms == doctest::Approx(102e-6));
+  CHECK(t->max_ms == doctest::Approx(122e-6));
+  CHECK(t->names == std::vector<std::string>{"memset", "flash_v3_tuned"});
+  CHECK(!kernel_time_of(calls, 4, why));
+  CHECK(why.find("expected 4") != std::string::npos);
+  // Two flush pieces in a row are one flush; a call with one piece fewer makes the count vary.
+  ops = {{"flush_a", 0, 1, true}, {"flush_b", 1, 2, true}, {"k", 3, 4, false}, {"x", 4, 5, false},
+         {"flush_a", 6, 7, true}, {"flush_b", 7, 8, true}, {"k", 9, 11, false}};
+  const auto varied = kernel_time_of(split_calls(ops), 2, why);
+  REQUIRE(varied);
+  CHECK(varied->ops == -1);
+  CHECK(!kernel_time_of(split_calls({{"k", 0, 1, false}}), 1, why));  // no flush: no call
+  // The flush recognised as its sequence of pieces: a call's own memset is not taken for it.
+  ops = {{"memset", 0, 1, false}, {"read_all", 1, 2, false}, {"memset", 3, 4, false}, {"k", 4, 6, false},
+         {"memset", 7, 8, false}, {"read_all", 8, 9, false}, {"memset", 10, 11, false}, {"k", 11, 14, false}};
+  mark_flush(ops, {"memset", "read_all"});
+  CHECK(ops[0].flush);
+  CHECK(ops[1].flush);
+  CHECK(!ops[2].flush);
+  const auto sequence = kernel_time_of(split_calls(ops), 2, why);
+  REQUIRE(sequence);
+  CHECK(sequence->ops == 2);
+  CHECK(sequence->median_ms == doctest::Approx(3.5e-6));
+  CHECK(short_kernel_name("void attention::fa3::flash_v3_tuned<__half, 128, 2>(CUtensorMap, int)") ==
+        "flash_v3_tuned");
+  CHECK(short_kernel_name("course::(anonymous namespace)::read_all(int4 const*, unsigned long, int*, int)") ==
+        "read_all");
+  CHECK(short_kernel_name("cudnn_generated_fort_native_sdpa_sm90_kernel0_0") ==
+        "cudnn_generated_fort_native_sdpa_sm90_kernel0_0");
+  CHECK(short_kernel_name("Memset (Device)") == "Memset");
+  CHECK(short_kernel_name("memset") == "memset");
 }
 
 TEST_CASE("run_program maps failures to exit codes") {

@@ -13,14 +13,21 @@ cp.async pipelining over num_stages) itself: this peer shows what a compiler get
 algorithm. Block sizes: a few configurations, the fastest per shape chosen by triton.autotune
 (its timing runs are not the course's; the reported time is, measured after the choice).
 
+Layout: the kernel takes Q, K, V, O as B × H × N × d contiguous (its pointer arithmetic: a head's
+rows N × d apart, its values one after the other), so that is what it gets; SDPA's backends take
+(B, N, H, d) views instead (torch_attention.py --layout), each its own native layout.
+
 Rows: stage 06_flash_v2 (or --stage), variant triton_fa2, with the error of O against float64 on
-the first head. Exits 0 with a message when PyTorch, Triton or a GPU is missing.
+the first head (ms: the median; ms_min, ms_max: the fastest and slowest run). --kernel-time also
+times the kernel alone under torch.profiler (peer_common.Timer.kernel_time). torch_attention.py
+--backends triton runs the same kernel beside SDPA's backends (and in rounds that alternate with
+ours: --serve). Exits 0 with a message when PyTorch, Triton or a GPU is missing.
 """
 import argparse
 import math
 import sys
 
-from peer_common import Timer, append_csv, max_rel_err
+from peer_common import Timer, append_csv, kernel_text, max_rel_err
 
 try:
     import torch
@@ -107,6 +114,7 @@ def main():
     p.add_argument("--causal", action="store_true")
     p.add_argument("--dtype", default="fp16", help="comma-separated: fp16, bf16")
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--kernel-time", action="store_true", help="also the GPU's own time of a call (torch.profiler)")
     args = p.parse_args()
     if triton is None:
         print("triton_attention.py: PyTorch or Triton is not installed; peer skipped")
@@ -131,13 +139,20 @@ def main():
         ref = torch.nn.functional.scaled_dot_product_attention(
             q[:1, :1].double(), k[:1, :1].double(), v[:1, :1].double(), is_causal=args.causal)
         err = max_rel_err(o[:1, :1], ref)
-        ms = timer.median_ms(lambda: attention(q, k, v, args.causal), args.reps)
+        t = timer.time(lambda: attention(q, k, v, args.causal), args.reps)
+        ms = t.median_ms
         best = fa2_forward.best_config
-        rows.append(dict(stage=args.stage, variant="triton_fa2", device=name, dtype=dtype, shape=shape, size=N,
-                         flops=f"{flops:.12g}", ms=f"{ms:.6g}", tflops=f"{flops / (ms * 1e9):.6g}",
-                         max_rel_err=f"{err:.3g}"))
+        row = dict(stage=args.stage, variant="triton_fa2", device=name, dtype=dtype, shape=shape, size=N,
+                   flops=f"{flops:.12g}", ms=f"{ms:.6g}", tflops=f"{flops / (ms * 1e9):.6g}",
+                   max_rel_err=f"{err:.3g}", ms_min=f"{t.min_ms:.6g}", ms_max=f"{t.max_ms:.6g}", round=1)
         print(f"triton_fa2 {dtype} {shape}: {ms:.3f} ms, {flops / (ms * 1e9):.2f} TFLOP/s, "
               f"max rel err {err:.1e} ({best})")
+        if args.kernel_time:
+            kt, why = timer.kernel_time(lambda: attention(q, k, v, args.causal), args.reps)
+            if kt is not None:
+                row.update(kernel_ms=f"{kt.median_ms:.6g}", kernels=kt.ops if kt.ops > 0 else "")
+            print(f"    {kernel_text(kt, ms)}" if kt is not None else f"    kernel time n/a: {why}")
+        rows.append(row)
         del q, k, v, o, L
         torch.cuda.empty_cache()
     append_csv(args.csv, rows)
