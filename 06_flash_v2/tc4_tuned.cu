@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(128, 2) flash_v2_tuned(Params p) {
     ptx::cp_async_commit();
   };
   // Key block j needs the mask if it reaches past N or, causal, past the block's first row.
-  auto needs_mask = [&](int j) { return (j + 1) * Bc > p.N || (p.causal && (j + 1) * Bc - 1 > row0); };
+  auto needs_mask = [&](int j) { return COURSE_BLOCK_NEEDS_MASK(row0, (j + 1) * Bc, p.N, p.causal); };
 
   const int blocks = key_blocks(p.N, Br, Bc, p.causal, i);
   load_tile_async<D, Br, 128>(Qs, p.Q + head + size_t(row0) * D, min(Br, p.N - row0));

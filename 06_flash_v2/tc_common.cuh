@@ -224,7 +224,7 @@ __device__ void mask_scores(float (&S)[MT][NT][4], int row0, int col0, int N, bo
       for (int e = 0; e < 4; ++e) {
         const int row = row0 + 16 * mt + g + 8 * (e / 2), col = col0 + 8 * n + 2 * t + e % 2;
         const int key = kKeysInRows ? row : col, query = kKeysInRows ? col : row;
-        if (key >= N || (causal && key > query)) S[mt][n][e] = -INFINITY;
+        if (COURSE_MASKED(query, key, N, causal)) S[mt][n][e] = -INFINITY;
       }
 }
 

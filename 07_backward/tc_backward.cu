@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
     float St[MT][NT][4] = {}, dPt[MT][NT][4] = {};
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(St, kf, Qs(b));
     else qk_smem_q<T, D, MT, NT>(St, Ks, 16 * MT * warp, Qs(b));
-    const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
+    const bool mask = COURSE_BLOCK_NEEDS_MASK(row0, key0 + Bc, p.N, p.causal);
     if (mask) mask_scores<true>(St, key0 + 16 * MT * warp, row0, p.N, p.causal);  // Sᵀ: keys in rows
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(dPt, vf, dOs(b));
     else qk_smem_q<T, D, MT, NT>(dPt, Vs, 16 * MT * warp, dOs(b));
@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(128, 2) flash_backward_dq(Params p, const uint
     float S[1][NT][4] = {}, dP[1][NT][4] = {};
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(S, qf, Ks(j));
     else qk_smem_q<T, D, 1, NT>(S, Qs, 16 * warp, Ks(j));
-    const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
+    const bool mask = COURSE_BLOCK_NEEDS_MASK(row0, key0 + Bc, p.N, p.causal);
     if (mask) mask_scores(S, warp_row0, key0, p.N, p.causal);
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(dP, gf, Vs(j));
     else qk_smem_q<T, D, 1, NT>(dP, dOs, 16 * warp, Vs(j));

@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(256, 1) flash_backward_split(Params p, const u
     mma_abt<T, D, MT, NT>(St, smem0, k_at, q_at);
     // The mask before dPᵀ's mma's, then Pᵀ = exp(scale·Sᵀ − L) and dSᵀ = Pᵀ ∘ (dPᵀ − D), as in
     // tc_backward.cu (one basic block: the exps and the mma's interleave).
-    const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
+    const bool mask = COURSE_BLOCK_NEEDS_MASK(row0, key0 + Bc, p.N, p.causal);
     if (mask) mask_scores<true>(St, key0 + 32 * wk, row0 + 32 * wq, p.N, p.causal);  // Sᵀ: keys in rows
     mma_abt<T, D, MT, NT>(dPt, smem0, k_at + kKV, q_at + kQdO);
     softmax_backward_t(St, dPt, Ls(b) + 32 * wq, Ds(b) + 32 * wq, c);
