@@ -35,9 +35,9 @@ COURSE_HD inline int key_blocks(int N, int Br, int Bc, bool causal, int i) {
 }
 inline int key_blocks(const Shape& s, Tiles t, int i) { return key_blocks(s.N, t.Br, t.Bc, s.causal, i); }
 
-// The mask, in one place for every kernel of stages 06 and 07: key `key` is hidden from query
-// `query` when it lies past N or, causal, after the query (its score becomes −∞, its P 0).
-// BLOCK_NEEDS_MASK: whether a block of queries from row0 on and of keys up to key_end − 1 holds a
+// The mask, in one place for every kernel of stages 06 and 07. COURSE_MASKED: key `key` is hidden
+// from query `query` when it lies past N or, causal, after the query (its score becomes −∞, its P
+// 0). COURSE_BLOCK_NEEDS_MASK: whether a block of queries from row0 on and of keys up to key_end − 1 holds a
 // masked pair: its keys reach past N or, causal, its last key lies after its first query. Not
 // causal, only the last key block can (when Bc does not divide N); causal, the diagonal's too.
 // Macros, not functions: as an inline function the predicate's || and && reach the optimiser
