@@ -10,12 +10,18 @@ namespace attention::bwd {
 using namespace attention::tc;
 
 // Br floats of L and D from row0 into shared memory, 4 bytes a thread (their rows need not start
-// on 16 bytes), rows past N zero-filled: with Q and dO zero there too, those rows add nothing.
+// on 16 bytes). Query rows past N (rows >= `rows`) are masked, as the dQ pass and the fp32 kernel
+// mask them: L = +∞ and D = 0 (zero-filled), so that P = exp(scale·S − ∞) = 0 and
+// dS = P ∘ (dP − D) = 0 for any finite S and dP: those rows add nothing to dK or dV. (They used to
+// get L = 0 from the zero fill, so P = 1 there, and added nothing only because the tile loads
+// zero-fill Q and dO past N too, which makes dP and so dS zero.) L's copy or store is one
+// predicated instruction each (ptx::cp_async_4_or), not a branch: with `if (in) copy; else
+// Ls[x] = +∞;` ptxas spilled 4 bytes in tuned_deterministic's key-outer kernel at d = 128.
 template <int Br>
 __device__ void load_stats_async(float* Ls, float* Ds, const float* L, const float* Dv, int rows) {
   if (threadIdx.x < Br) {
     const bool in = int(threadIdx.x) < rows;
-    ptx::cp_async_4(Ls + threadIdx.x, L + threadIdx.x, in);
+    ptx::cp_async_4_or(Ls + threadIdx.x, L + threadIdx.x, in, INFINITY);
     ptx::cp_async_4(Ds + threadIdx.x, Dv + threadIdx.x, in);
   }
 }
