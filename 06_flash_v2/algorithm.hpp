@@ -60,8 +60,11 @@ inline int key_blocks(const Shape& s, Tiles t, int i) { return key_blocks(s.N, t
 // dtypes P̃ is rounded to the dtype before P̃·V (the tensor cores take it so) and O is rounded on
 // the way out, as the kernels do. Requests: whole rows of Q, K, V and O (rows past N are not
 // read: the kernels zero-fill them), and L in stretches of 8 rows, as a warp writes it.
+// O_unrounded, if not null: O as the float sums give it (o / l), before it is rounded to the dtype
+// (chapter 07's precision of D); not part of the count.
 course::IoCount flash_v2_counted(const Shape& s, course::Dtype dtype, Tiles t, const float* Q,
-                                 const float* K, const float* V, float* O, float* L);
+                                 const float* K, const float* V, float* O, float* L,
+                                 float* O_unrounded = nullptr);
 
 // The model, exact for every N (a row of d values is a whole number of 32-byte sectors):
 //   Q read once, O written once, K and V read once per query block (causal: only the key blocks
