@@ -58,14 +58,17 @@ struct BackwardDeviceRun {
       P = course::DeviceBuffer<std::uint16_t>(square), dS = course::DeviceBuffer<std::uint16_t>(square);
     }
   }
-  // An input on the device, followed by `tail` elements of garbage.
+  // An input on the device, followed by `tail` elements of garbage (a copy of the host values
+  // only then: the program's inputs reach gigabytes).
   template <class T>
-  course::DeviceBuffer<T> input(std::vector<T> host) const {
+  course::DeviceBuffer<T> input(const std::vector<T>& host) const {
+    if (!tail) return course::DeviceBuffer<T>(host);
     T garbage;
     if constexpr (sizeof(T) == 2) garbage = kGarbage16;
     else std::memcpy(&garbage, &kGarbage32, sizeof garbage);
-    host.resize(host.size() + tail, garbage);
-    return course::DeviceBuffer<T>(host);
+    std::vector<T> padded(host);
+    padded.resize(host.size() + tail, garbage);
+    return course::DeviceBuffer<T>(padded);
   }
   // An output (or D, L, dQacc) of `count` elements, and its tail, all garbage until written.
   template <class T>
