@@ -21,7 +21,7 @@ int keys_read(const Shape& s, Tiles t, int i) { return std::min(s.N, key_blocks(
 }  // namespace
 
 course::IoCount flash_v2_counted(const Shape& s, course::Dtype dtype, Tiles t, const float* Q,
-                                 const float* K, const float* V, float* O, float* L) {
+                                 const float* K, const float* V, float* O, float* L, float* O_unrounded) {
   require_supported(s);
   course::require(t.Br >= 1 && t.Bc >= 1, "flash_v2: block sizes must be positive");
   const int N = s.N, d = s.d, Tr = query_blocks(s, t);
@@ -79,6 +79,8 @@ course::IoCount flash_v2_counted(const Shape& s, course::Dtype dtype, Tiles t, c
       for (int r = 0; r < rows; ++r) {  // deferred normalisation: one division per row, at the end
         for (int x = 0; x < d; ++x) Oi[std::size_t(r) * d + x] /= l[r];
         gO.store(head + std::size_t(row0 + r) * d, d, &Oi[std::size_t(r) * d]);
+        if (O_unrounded)
+          std::copy_n(&Oi[std::size_t(r) * d], d, O_unrounded + head + std::size_t(row0 + r) * d);
         Li[r] = scale * m[r] + std::log(l[r]);
       }
       const std::size_t stats = std::size_t(h) * N + row0;

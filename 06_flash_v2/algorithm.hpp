@@ -35,6 +35,18 @@ COURSE_HD inline int key_blocks(int N, int Br, int Bc, bool causal, int i) {
 }
 inline int key_blocks(const Shape& s, Tiles t, int i) { return key_blocks(s.N, t.Br, t.Bc, s.causal, i); }
 
+// The mask, in one place for every kernel of stages 06 and 07. COURSE_MASKED: key `key` is hidden
+// from query `query` when it lies past N or, causal, after the query (its score becomes −∞, its P
+// 0). COURSE_BLOCK_NEEDS_MASK: whether a block of queries from row0 on and of keys up to key_end − 1 holds a
+// masked pair: its keys reach past N or, causal, its last key lies after its first query. Not
+// causal, only the last key block can (when Bc does not divide N); causal, the diagonal's too.
+// Macros, not functions: as an inline function the predicate's || and && reach the optimiser
+// already turned into predicate logic, and ptxas then emits different code for the same test
+// (the cubins of tuned, of the fp32 kernels and of stage 07 changed); as macros the kernels
+// compile to the same instructions as when each wrote the test out.
+#define COURSE_MASKED(query, key, N, causal) ((key) >= (N) || ((causal) && (key) > (query)))
+#define COURSE_BLOCK_NEEDS_MASK(row0, key_end, N, causal) ((key_end) > (N) || ((causal) && (key_end) - 1 > (row0)))
+
 // FlashAttention-2, forward (the paper's Algorithm 1), for each head, as the kernels run it:
 //   for i in 0..Tr-1 (one thread block each):
 //     load Q_i;  O = 0, l = 0, m = −∞                        (on chip for the whole loop)
@@ -48,8 +60,11 @@ inline int key_blocks(const Shape& s, Tiles t, int i) { return key_blocks(s.N, t
 // dtypes P̃ is rounded to the dtype before P̃·V (the tensor cores take it so) and O is rounded on
 // the way out, as the kernels do. Requests: whole rows of Q, K, V and O (rows past N are not
 // read: the kernels zero-fill them), and L in stretches of 8 rows, as a warp writes it.
+// O_unrounded, if not null: O as the float sums give it (o / l), before it is rounded to the dtype
+// (chapter 07's precision of D); not part of the count.
 course::IoCount flash_v2_counted(const Shape& s, course::Dtype dtype, Tiles t, const float* Q,
-                                 const float* K, const float* V, float* O, float* L);
+                                 const float* K, const float* V, float* O, float* L,
+                                 float* O_unrounded = nullptr);
 
 // The model, exact for every N (a row of d values is a whole number of 32-byte sectors):
 //   Q read once, O written once, K and V read once per query block (causal: only the key blocks

@@ -16,16 +16,29 @@ void launch_flash_v2_fp32(const Shape& s, const float* Q, const float* K, const 
 //   mma        (tc1_mma.cu)       warps split Q; mma.sync fed by plain shared-memory loads
 //   ldmatrix   (tc2_ldmatrix.cu)  ldmatrix (.trans for V) from a swizzled layout
 //   cp_async   (tc3_cp_async.cu)  K/V double-buffered with cp.async
-//   tuned      (tc4_tuned.cu)     FA-2's remaining steps: 32 rows a warp, exp2, masks only where needed,
-//                                 heaviest causal blocks first
-//   lazy_rescale (tc4_tuned.cu)   one step past FA-2, from FlashAttention-4: o rescaled only when a
-//                                 row max grew by more than a factor 2^8
+// then rung 4, FA-2's remaining steps, one idea a step:
+//   exp2            (tc4a_exp2.cu)            exp2 with scale·log₂e folded in: one FFMA and one MUFU a score
+//   one_barrier     (tc4b_one_barrier.cu)     one barrier per key block instead of two
+//   skip_mask       (tc4c_skip_mask.cu)       the mask only on the blocks that need it, walked first
+//   heaviest_first  (tc4d_heaviest_first.cu)  causal: the query blocks with the most keys start first
+//   tuned           (tc4_tuned.cu)            32 rows a warp (Br = 128): each K/V fragment feeds two mma's
+// and rung 5:
+//   lazy_rescale    (tc4_tuned.cu)            one step past FA-2, from FlashAttention-4: o rescaled only
+//                                             when a row max grew by more than a factor 2^8
 void launch_tc_mma(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                    void* O, float* L);
 void launch_tc_ldmatrix(const Shape& s, course::Dtype t, const void* Q, const void* K,
                         const void* V, void* O, float* L);
 void launch_tc_cp_async(const Shape& s, course::Dtype t, const void* Q, const void* K,
                         const void* V, void* O, float* L);
+void launch_tc_exp2(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                    void* O, float* L);
+void launch_tc_one_barrier(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                           void* O, float* L);
+void launch_tc_skip_mask(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                         void* O, float* L);
+void launch_tc_heaviest_first(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                              void* O, float* L);
 void launch_tc_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                      void* O, float* L);
 void launch_tc_lazy_rescale(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,

@@ -121,13 +121,13 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1) flash_v2_fp32(const floa
       }
     }
     // The mask, only in blocks that reach past N or (causal) past the block's first row.
-    if ((j + 1) * Bc > N || (causal && (j + 1) * Bc - 1 > row0)) {
+    if (COURSE_BLOCK_NEEDS_MASK(row0, (j + 1) * Bc, N, causal)) {
 #pragma unroll
       for (int a = 0; a < 4; ++a)
 #pragma unroll
         for (int b = 0; b < 8; ++b) {
           const int key = key0 + tx + 8 * b;
-          if (key >= N || (causal && key > row0 + 4 * ty + a)) S[a][b] = -INFINITY;
+          if (COURSE_MASKED(row0 + 4 * ty + a, key, N, causal)) S[a][b] = -INFINITY;
         }
     }
     // Online softmax: m_new = max(m, rowmax S); rescale o and l by 2^(c·(m − m_new)); P̃ = 2^(c·S − c·m_new).

@@ -5,25 +5,16 @@
 // buffer, block j+1 is already on its way into the other. In rungs 1-2 every thread waited for
 // its global loads (hundreds of cycles from L2) before it could store them and reach the barrier,
 // once per key block; here that wait overlaps the previous block's mma's. Shared memory doubles
-// for K and V (dynamic shared memory: 80 KB at d = 128).
+// for K and V (dynamic shared memory, CpAsyncSmem in tc_common.cuh: 80 KB at d = 128).
 //
 // IO: the same requests as rung 2. What should move: the warps' stall on global loads (Nsight
 // Compute's smsp__pcsamp / warp-state "Stall Long Scoreboard" share falls, "Stall Barrier" too),
 // and with it the time, most at small B·H·N where few blocks share an SM to hide each other's waits.
-#include "check.hpp"
-#include "gpu.hpp"
 #include "kernels.cuh"
 #include "tc_common.cuh"
 
 namespace attention {
 namespace tc {
-
-template <int D>
-struct CpAsyncSmem {
-  static constexpr int Br = 64, Bc = 64;
-  static constexpr int kHalves = Br * D + 4 * Bc * D;  // Q, then K[2] and V[2]
-  static constexpr size_t kBytes = 2 * size_t(kHalves);
-};
 
 template <class T, int D>
 __global__ void __launch_bounds__(128) flash_v2_cp_async(Params p) {
@@ -72,16 +63,8 @@ __global__ void __launch_bounds__(128) flash_v2_cp_async(Params p) {
 
 void launch_tc_cp_async(const Shape& s, course::Dtype t, const void* Q, const void* K,
                         const void* V, void* O, float* L) {
-  tc::dispatch("cp_async", s, t, [&](auto config) {
-    using C = decltype(config);
-    constexpr size_t bytes = tc::CpAsyncSmem<C::D>::kBytes;
-    const auto kernel = tc::flash_v2_cp_async<typename C::T, C::D>;
-    course::require_shared_memory(bytes, "cp_async at d = " + std::to_string(C::D));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    const dim3 grid((s.N + 63) / 64, s.heads());
-    kernel<<<grid, 128, bytes>>>(tc::params(Q, K, V, O, L, s.N, s.causal, C::D));
-    CUDA_CHECK_LAUNCH();
-  });
+  tc::launch_cp_async_rung("cp_async", s, t, [](auto c) { return tc::flash_v2_cp_async<typename decltype(c)::T, decltype(c)::D>; },
+                           Q, K, V, O, L);
 }
 
 }  // namespace attention

@@ -1,27 +1,24 @@
-// Rung 4: the rest of what FlashAttention-2 does, to reach its speed.
+// Rung 4e, tuned: 32 query rows a warp. The last of the five steps from rung 3 to rung 4, each one
+// idea (4a exp2, 4b one barrier, 4c masks only where needed, 4d heaviest causal blocks first: the
+// files tc4a_exp2.cu ... tc4d_heaviest_first.cu); with it the kernel does all that FlashAttention-2
+// does, and reaches its speed.
 //
-// What changed from rung 3 (tc3_cp_async.cu):
-//  1. 32 query rows a warp (two m-tiles), Br = 128: every K and V fragment an ldmatrix brings is
-//     used by two mma's instead of one, so shared-memory traffic per FLOP halves (rung 3 spends
-//     about as many cycles moving fragments as the tensor cores spend on them), and each K_j, V_j
-//     crosses from L2 half as often (the model's K/V term halves).
-//  2. exp2 with scale·log₂e folded in: P̃ = 2^(S·c − m·c), one FFMA and one MUFU.EX2 per score
-//     instead of a subtraction, two multiplications and the MUFU.
-//  3. Masks only where needed: key blocks are walked from the last to the first, so the blocks
-//     that need a mask (the causal diagonal, the tail past N) come first; the rest skip it.
-//  4. One barrier per key block instead of two: the barrier after block j+1's data arrives also
-//     says that every warp is done with the buffer block j−1 will be copied into.
-//  5. Causal: the heaviest query blocks (the last, which see the most keys) start first, so the
-//     short ones fill the gaps at the end instead of a long one running alone.
-//  6. d = 64 keeps Q's fragments in registers (32 of them); d = 128 reloads them from shared memory
-//     at each k step (64 registers would not fit beside O's 128 and S's 64). Even so d = 128 is
-//     four registers short: ptxas spilled the lane's four row-sum shares l to local memory, which
-//     L1 writes through to L2 (measured: L2 writes 1.7× the count at N = 1000). They live in
-//     shared memory instead, 16 bytes a thread, read and written once a key block.
+// What changed from rung 4d (tc4d_heaviest_first.cu): each warp owns two m-tiles (MT = 2, 32 rows),
+// so Br = 128. Every K and V fragment an ldmatrix brings is used by two mma's instead of one, so
+// shared-memory traffic per FLOP halves (rung 3 spends about as many cycles moving fragments as the
+// tensor cores spend on them), and each K_j, V_j crosses from L2 half as often (the model's K/V
+// term halves). What it takes to fit the registers, twice the accumulators o and S: d = 64 keeps
+// Q's fragments in registers (32 of them); d = 128 reloads them from shared memory at each k step
+// (64 registers would not fit beside O's 128 and S's 64). Even so d = 128 is four registers short:
+// ptxas spilled the lane's four row-sum shares l to local memory, which L1 writes through to L2
+// (measured: L2 writes 1.7× the count at N = 1000). They live in shared memory instead, 16 bytes a
+// thread, read and written once a key block.
 //
 // IO: Q once, K and V once per 128 query rows, O and L once: flash_v2_model_bytes with Tiles
 // {128, 64}. What should move: tensor-pipe utilisation (sm__pipe_tensor_op_hmma_cycles_active)
-// up, shared-memory wavefronts per mma down by half, issue slots per score down.
+// up, shared-memory wavefronts per mma down by half, issue slots per score down; of the five
+// steps, the largest (before the ladder was split, the five together measured ÷ 1.43 in time from
+// rung 3 at d = 64, N = 4096: chapter 06's rung log).
 #include "check.hpp"
 #include "gpu.hpp"
 #include "kernels.cuh"
@@ -39,7 +36,7 @@ struct Tuned {
   static constexpr size_t kBytes = 2 * size_t(kHalves) + (kLInShared ? 128 * 4 * sizeof(float) : 0);
 };
 
-// kLazyLog2 = 0: rung 4 as described above; 8: rung 5 (launch_tc_lazy_rescale, below).
+// kLazyLog2 = 0: rung 4e as described above; 8: rung 5 (launch_tc_lazy_rescale, below).
 template <class T, int D, int kLazyLog2>
 __global__ void __launch_bounds__(128, 2) flash_v2_tuned(Params p) {
   using F = Tuned<D>;
@@ -59,7 +56,7 @@ __global__ void __launch_bounds__(128, 2) flash_v2_tuned(Params p) {
     ptx::cp_async_commit();
   };
   // Key block j needs the mask if it reaches past N or, causal, past the block's first row.
-  auto needs_mask = [&](int j) { return (j + 1) * Bc > p.N || (p.causal && (j + 1) * Bc - 1 > row0); };
+  auto needs_mask = [&](int j) { return COURSE_BLOCK_NEEDS_MASK(row0, (j + 1) * Bc, p.N, p.causal); };
 
   const int blocks = key_blocks(p.N, Br, Bc, p.causal, i);
   load_tile_async<D, Br, 128>(Qs, p.Q + head + size_t(row0) * D, min(Br, p.N - row0));

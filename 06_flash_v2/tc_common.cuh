@@ -1,7 +1,8 @@
 // What the tensor-core rungs share: the kernel's parameters, the tile loads, the fragment loads
 // (plain ones for rung 1, ldmatrix from rung 2 on), the mask, the online-softmax step on the
-// accumulators, and the epilogue. Each rung's own file (tc1_mma.cu ... tc4_tuned.cu) is the loop
-// that strings these together; the differences between those files are the lessons.
+// accumulators, and the epilogue. Each rung's own file (tc1_mma.cu ... tc3_cp_async.cu, then rung
+// 4's steps tc4a_exp2.cu ... tc4d_heaviest_first.cu and tc4_tuned.cu) is the loop that strings
+// these together; the differences between those files are the lessons.
 //
 // Layout on chip: a tile of R rows × D halves (16-bit values) in shared memory, row-major; from
 // rung 2 on, 16-byte chunks swizzled (ptx::swizzle). Warp w owns the rows 16·MT·w .. 16·MT·(w+1)−1
@@ -20,6 +21,7 @@
 #include "algorithm.hpp"
 #include "check.hpp"
 #include "dtype.hpp"
+#include "gpu.hpp"
 #include "ptx.cuh"
 
 namespace attention::tc {
@@ -57,7 +59,7 @@ __device__ void load_tile_sync(uint16_t* smem, const uint16_t* src, int rows) {
   }
 }
 
-// With cp.async (rungs 3 and 4): the copies run in the background, always swizzled. A thread
+// With cp.async (rung 3 on): the copies run in the background, always swizzled. A thread
 // always copies the same chunk c of rows r0, r0 + S, r0 + 2S, ... (S = kThreads / chunks a row),
 // and (r0 + kS) & 7 = r0 & 7 when S is a multiple of 8: its shared and global addresses both
 // advance by a constant stride, one base register each (and immediate offsets) instead of one
@@ -163,7 +165,7 @@ __device__ void qk_ldmatrix(float (&S)[MT][NT][4], const uint32_t (&q)[MT][D / 1
 }
 
 // The same product with Q's fragments brought from shared memory at each step k, for MT m-tiles
-// from `row0`, instead of kept in registers (rung 4 at d = 128, where registers are short).
+// from `row0`, instead of kept in registers (rung 4e, tuned, at d = 128, where registers are short).
 template <class T, int D, int MT, int NT>
 __device__ void qk_smem_q(float (&S)[MT][NT][4], const uint16_t* Qs, int row0, const uint16_t* Ks) {
   const int l = lane_id(), tile = l / 8;
@@ -224,7 +226,7 @@ __device__ void mask_scores(float (&S)[MT][NT][4], int row0, int col0, int N, bo
       for (int e = 0; e < 4; ++e) {
         const int row = row0 + 16 * mt + g + 8 * (e / 2), col = col0 + 8 * n + 2 * t + e % 2;
         const int key = kKeysInRows ? row : col, query = kKeysInRows ? col : row;
-        if (key >= N || (causal && key > query)) S[mt][n][e] = -INFINITY;
+        if (COURSE_MASKED(query, key, N, causal)) S[mt][n][e] = -INFINITY;
       }
 }
 
@@ -257,7 +259,7 @@ __device__ void pack_a(const float (&C)[NT][4], uint32_t (&A)[NT / 2][4]) {
 // rescaled by e^(scale·(m − m_new)). l stays each lane's share of its rows' sums: the four shares
 // are added once, at the end (FA-2 does the same). A row with no visible key yet (m_new = −∞)
 // uses 0 as its shift, so that exp(−∞ − shift) = 0 and not NaN.
-// kExp2: P̃ = 2^(S·c − m_new·c) with c = scale·log₂e: one FFMA and one ex2 per score (rung 4);
+// kExp2: P̃ = 2^(S·c − m_new·c) with c = scale·log₂e: one FFMA and one ex2 per score (rung 4a on);
 // otherwise __expf(scale·(S − m_new)): a subtraction and the two multiplications of __expf.
 template <class T, bool kExp2, int MT, int NT, int DT>
 __device__ void online_softmax(float (&S)[MT][NT][4], float (&o)[MT][DT][4], float (&m)[MT][2],
@@ -416,6 +418,34 @@ void dispatch(const char* variant, const Shape& s, course::Dtype t, F&& launch) 
   } else {
     half ? launch(Config<__half, 128>{}) : launch(Config<__nv_bfloat16, 128>{});
   }
+}
+
+
+// Rung 3 and the steps of rung 4 before 4e (tc3_cp_async.cu, tc4a_exp2.cu ... tc4d_heaviest_first.cu):
+// Br = 64 query rows a block of 4 warps (16 rows each), Bc = 64 keys a step; in dynamic shared
+// memory Q_i, then K_j and V_j in two buffers (80 KB at d = 128).
+template <int D>
+struct CpAsyncSmem {
+  static constexpr int Br = 64, Bc = 64;
+  static constexpr int kHalves = Br * D + 4 * Bc * D;  // Q, then K[2] and V[2]
+  static constexpr size_t kBytes = 2 * size_t(kHalves);
+};
+
+// Launches one of those rungs: kernel_of(Config<T, D>{}) is its kernel for the run's dtype and d;
+// one block per (query block of 64 rows, head).
+template <class KernelOf>
+void launch_cp_async_rung(const char* variant, const Shape& s, course::Dtype t, KernelOf kernel_of, const void* Q,
+                          const void* K, const void* V, void* O, float* L) {
+  dispatch(variant, s, t, [&](auto config) {
+    using C = decltype(config);
+    constexpr size_t bytes = CpAsyncSmem<C::D>::kBytes;
+    const auto kernel = kernel_of(config);
+    course::require_shared_memory(bytes, std::string(variant) + " at d = " + std::to_string(C::D));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    const dim3 grid((s.N + CpAsyncSmem<C::D>::Br - 1) / CpAsyncSmem<C::D>::Br, s.heads());
+    kernel<<<grid, 128, bytes>>>(params(Q, K, V, O, L, s.N, s.causal, C::D));
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace attention::tc

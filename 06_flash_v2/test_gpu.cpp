@@ -94,6 +94,8 @@ TEST_CASE("bad input: dtypes and head dimensions a kernel does not take, empty s
   CHECK_THROWS_AS(launch_tc_tuned(Shape{1, 1, 4, 64, false}, Dtype::fp32, p, p, p, p, p), course::UsageError);
   CHECK_THROWS_AS(launch_tc_mma(Shape{1, 1, 4, 32, false}, Dtype::fp16, p, p, p, p, p), course::UsageError);
   CHECK_THROWS_AS(launch_tc_cp_async(Shape{1, 1, 0, 64, false}, Dtype::bf16, p, p, p, p, p), course::UsageError);
+  CHECK_THROWS_AS(launch_tc_exp2(Shape{1, 1, 4, 64, false}, Dtype::fp32, p, p, p, p, p), course::UsageError);
+  CHECK_THROWS_AS(launch_tc_heaviest_first(Shape{1, 1, 4, 32, true}, Dtype::fp16, p, p, p, p, p), course::UsageError);
   CHECK_THROWS_AS(launch_flash_v2_fp32(Shape{1, 1, 4, 48, false}, p, p, p, p, p), course::UsageError);
   CHECK_THROWS_AS(launch_flash_v2_fp32(Shape{0, 1, 4, 64, false}, p, p, p, p, p), course::UsageError);
 }

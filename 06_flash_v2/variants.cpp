@@ -15,7 +15,7 @@ using course::Dtype;
 
 // Block sizes, as the kernels are compiled (keep in step with kernels_fp32.cu and tc*.cu).
 Tiles fp32_tiles(int) { return {128, 64}; }  // 256 threads, 4 rows × 8 keys of S each
-Tiles rung_tiles(int) { return {64, 64}; }   // 4 warps × 16 rows
+Tiles rung_tiles(int) { return {64, 64}; }   // 4 warps × 16 rows (rungs 1 to 4d)
 Tiles tuned_tiles(int) { return {128, 64}; }  // 4 warps × 32 rows
 
 #if COURSE_HAS_CUDA
@@ -44,6 +44,10 @@ const std::vector<V2Variant>& v2_variants() {
       {"mma", half, {64, 128}, rung_tiles, COURSE_LAUNCH(launch_tc_mma)},
       {"ldmatrix", half, {64, 128}, rung_tiles, COURSE_LAUNCH(launch_tc_ldmatrix)},
       {"cp_async", half, {64, 128}, rung_tiles, COURSE_LAUNCH(launch_tc_cp_async)},
+      {"exp2", half, {64, 128}, rung_tiles, COURSE_LAUNCH(launch_tc_exp2)},
+      {"one_barrier", half, {64, 128}, rung_tiles, COURSE_LAUNCH(launch_tc_one_barrier)},
+      {"skip_mask", half, {64, 128}, rung_tiles, COURSE_LAUNCH(launch_tc_skip_mask)},
+      {"heaviest_first", half, {64, 128}, rung_tiles, COURSE_LAUNCH(launch_tc_heaviest_first)},
       {"tuned", half, {64, 128}, tuned_tiles, COURSE_LAUNCH(launch_tc_tuned)},
       {"lazy_rescale", half, {64, 128}, tuned_tiles, COURSE_LAUNCH(launch_tc_lazy_rescale)},
   };

@@ -24,7 +24,8 @@ struct V2Variant {
   bool supports(course::Dtype t, int d) const;
 };
 
-// flash_v2 (fp32), then the tensor-core rungs mma, ldmatrix, cp_async, tuned, lazy_rescale (fp16, bf16).
+// flash_v2 (fp32), then the tensor-core rungs mma, ldmatrix, cp_async, exp2, one_barrier, skip_mask,
+// heaviest_first, tuned, lazy_rescale (fp16, bf16).
 const std::vector<V2Variant>& v2_variants();
 const V2Variant& v2_variant(const std::string& name);  // throws UsageError for an unknown name
 

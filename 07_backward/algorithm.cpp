@@ -29,7 +29,8 @@ void require_plan(const BackwardPlan& p) {
 
 course::IoCount flash_backward_counted(const Shape& s, course::Dtype dtype, const BackwardPlan& plan,
                                        const float* Q, const float* K, const float* V, const float* O,
-                                       const float* dO, const float* L, float* dQ, float* dK, float* dV) {
+                                       const float* dO, const float* L, float* dQ, float* dK, float* dV,
+                                       bool O_in_float) {
   require_supported(s);
   require_plan(plan);
   const int N = s.N, d = s.d;
@@ -38,7 +39,8 @@ course::IoCount flash_backward_counted(const Shape& s, course::Dtype dtype, cons
   const float scale = 1.0f / std::sqrt(float(d));
   auto round = [&](float x) { return dtype == course::Dtype::fp32 ? x : course::round_to(dtype, x); };
   const std::size_t n = s.elements(), rows_all = std::size_t(s.heads()) * N;
-  Stored q(dtype, Q, n), k(dtype, K, n), v(dtype, V, n), o(dtype, O, n), dout(dtype, dO, n);
+  Stored q(dtype, Q, n), k(dtype, K, n), v(dtype, V, n), o(O_in_float ? course::Dtype::fp32 : dtype, O, n),
+      dout(dtype, dO, n);
   Stored dq(dtype, Q, n), dk(dtype, K, n), dv(dtype, V, n);
   std::vector<float> l_in(L, L + rows_all), D(rows_all), acc(plan.deterministic ? 0 : n);
   course::Hbm hbm;

@@ -57,13 +57,16 @@ COURSE_HD inline int first_query_block(int Br, int Bc, bool causal, int j) {
 //                   V_j, recompute S, P, dP, dS; dQ_i += dS·K_j;  write dQ_i·scale
 // Sums run in float. For the 16-bit dtypes P and dS are rounded to the dtype before they enter
 // a product (the tensor cores take them so) and the gradients on the way out, as the kernels do.
-// O and L are the forward's outputs (stage 06), O as stored in the dtype.
+// O and L are the forward's outputs (stage 06), O as stored in the dtype; with O_in_float, O holds
+// the forward's float values before that rounding, read as floats (4 bytes each), and D is taken
+// from them (chapter 07's precision of D: not what the kernels do).
 // Requests: whole rows of Q, K, V, O, dO, dQ, dK, dV and dQacc (an atomic add counts as a write
 // of its row: the SM sends the values, L2 adds them, nothing comes back); L and D in stretches of
 // kStatsRowsPerRequest rows from a block's first row (kDqStatsRowsPerRequest in the dQ pass).
 course::IoCount flash_backward_counted(const Shape& s, course::Dtype dtype, const BackwardPlan& plan,
                                        const float* Q, const float* K, const float* V, const float* O,
-                                       const float* dO, const float* L, float* dQ, float* dK, float* dV);
+                                       const float* dO, const float* L, float* dQ, float* dK, float* dV,
+                                       bool O_in_float = false);
 
 // The model, exact for every N:
 //   per head, with e the element size and pairs = Σ_j Σ_{i meets j} rows(i):

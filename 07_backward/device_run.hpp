@@ -2,11 +2,14 @@
 // peak device memory is its own: the inputs Q, K, V, dO, the forward's O and L (computed here by
 // stage 06's fastest forward for the dtype), D, the gradients, and dQacc for the atomic variants.
 // Standard attention instead runs its own forward, which keeps P (and needs a second N² buffer
-// for dP and dS).
+// for dP and dS). With `tail` > 0 (a test's), every buffer but standard attention's N² ones is
+// `tail` elements longer than its tensor, and those elements hold garbage: all bits set, a NaN
+// in fp32, fp16 and bf16 alike (kGarbage16, kGarbage32); tail_untouched() checks them afterwards.
 #pragma once
 #if COURSE_HAS_CUDA
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,9 @@
 
 namespace attention {
 
+constexpr std::uint16_t kGarbage16 = 0xFFFF;
+constexpr std::uint32_t kGarbage32 = 0xFFFFFFFFu;
+
 struct BackwardDeviceRun {
   course::Dtype t;
   course::DeviceBuffer<float> Qf, Kf, Vf, Of, dOf, dQf, dKf, dVf;                   // fp32
@@ -28,31 +34,72 @@ struct BackwardDeviceRun {
   course::DeviceBuffer<std::uint16_t> P, dS;  // standard attention, 16-bit
   course::DeviceBuffer<float> work, T;         // standard attention, fp32 (kernels.cuh)
   bool standard;
+  std::size_t n = 0, rows = 0, tail = 0;  // elements of a tensor, rows of L and D, garbage past each
 
-  BackwardDeviceRun(const Shape& s, course::Dtype dtype, const BackwardInputs& in, const BwdVariant& v)
-      : t(dtype), standard(v.standard) {
+  BackwardDeviceRun(const Shape& s, course::Dtype dtype, const BackwardInputs& in, const BwdVariant& v,
+                    std::size_t tail_ = 0)
+      : t(dtype), standard(v.standard), n(s.elements()), rows(std::size_t(s.heads()) * s.N), tail(tail_) {
     const bool atomic = !v.standard && !v.plan.deterministic;
-    const std::size_t n = s.elements(), rows = std::size_t(s.heads()) * s.N;
     if (t == course::Dtype::fp32) {
-      Qf = course::DeviceBuffer<float>(in.fwd.Q), Kf = course::DeviceBuffer<float>(in.fwd.K);
-      Vf = course::DeviceBuffer<float>(in.fwd.V), dOf = course::DeviceBuffer<float>(in.dO);
-      Of = course::DeviceBuffer<float>(n), dQf = course::DeviceBuffer<float>(n);
-      dKf = course::DeviceBuffer<float>(n), dVf = course::DeviceBuffer<float>(n);
+      Qf = input(in.fwd.Q), Kf = input(in.fwd.K), Vf = input(in.fwd.V), dOf = input(in.dO);
+      Of = output<float>(n), dQf = output<float>(n), dKf = output<float>(n), dVf = output<float>(n);
     } else {
-      Qh = course::DeviceBuffer<std::uint16_t>(in.fwd.Qh), Kh = course::DeviceBuffer<std::uint16_t>(in.fwd.Kh);
-      Vh = course::DeviceBuffer<std::uint16_t>(in.fwd.Vh), dOh = course::DeviceBuffer<std::uint16_t>(in.dOh);
-      Oh = course::DeviceBuffer<std::uint16_t>(n), dQh = course::DeviceBuffer<std::uint16_t>(n);
-      dKh = course::DeviceBuffer<std::uint16_t>(n), dVh = course::DeviceBuffer<std::uint16_t>(n);
+      Qh = input(in.fwd.Qh), Kh = input(in.fwd.Kh), Vh = input(in.fwd.Vh), dOh = input(in.dOh);
+      Oh = output<std::uint16_t>(n), dQh = output<std::uint16_t>(n);
+      dKh = output<std::uint16_t>(n), dVh = output<std::uint16_t>(n);
     }
-    L = course::DeviceBuffer<float>(rows);
-    D = course::DeviceBuffer<float>(rows);
-    if (atomic) dQacc = course::DeviceBuffer<float>(n);
+    L = output<float>(rows);
+    D = output<float>(rows);
+    if (atomic) dQacc = output<float>(n);
     const std::size_t square = std::size_t(s.heads()) * s.N * s.N;
     if (standard && fp32()) {
       work = course::DeviceBuffer<float>(standard_workspace_floats(s)), T = course::DeviceBuffer<float>(square);
     } else if (standard) {
       P = course::DeviceBuffer<std::uint16_t>(square), dS = course::DeviceBuffer<std::uint16_t>(square);
     }
+  }
+  // An input on the device, followed by `tail` elements of garbage (a copy of the host values
+  // only then: the program's inputs reach gigabytes).
+  template <class T>
+  course::DeviceBuffer<T> input(const std::vector<T>& host) const {
+    if (!tail) return course::DeviceBuffer<T>(host);
+    T garbage;
+    if constexpr (sizeof(T) == 2) garbage = kGarbage16;
+    else std::memcpy(&garbage, &kGarbage32, sizeof garbage);
+    std::vector<T> padded(host);
+    padded.resize(host.size() + tail, garbage);
+    return course::DeviceBuffer<T>(padded);
+  }
+  // An output (or D, L, dQacc) of `count` elements, and its tail, all garbage until written.
+  template <class T>
+  course::DeviceBuffer<T> output(std::size_t count) const {
+    course::DeviceBuffer<T> b(count + tail);
+    if (tail) b.poison();  // all bits set
+    return b;
+  }
+  // Whether every element past every tensor's end still holds its garbage (nothing was written
+  // there); the names of the buffers whose tail changed go to `which`.
+  bool tail_untouched(std::string& which) const {
+    auto check16 = [&](const char* name, const course::DeviceBuffer<std::uint16_t>& b, std::size_t count) {
+      if (!b.size()) return;
+      for (std::uint16_t x : b.download(count, tail))
+        if (x != kGarbage16) return void(which += std::string(which.empty() ? "" : ", ") + name);
+    };
+    auto check32 = [&](const char* name, const course::DeviceBuffer<float>& b, std::size_t count) {
+      if (!b.size()) return;
+      for (float x : b.download(count, tail)) {
+        std::uint32_t bits;
+        std::memcpy(&bits, &x, sizeof bits);
+        if (bits != kGarbage32) return void(which += std::string(which.empty() ? "" : ", ") + name);
+      }
+    };
+    which.clear();
+    check32("Q", Qf, n), check32("K", Kf, n), check32("V", Vf, n), check32("dO", dOf, n), check32("O", Of, n);
+    check32("dQ", dQf, n), check32("dK", dKf, n), check32("dV", dVf, n);
+    check16("Q", Qh, n), check16("K", Kh, n), check16("V", Vh, n), check16("dO", dOh, n), check16("O", Oh, n);
+    check16("dQ", dQh, n), check16("dK", dKh, n), check16("dV", dVh, n);
+    check32("L", L, rows), check32("D", D, rows), check32("dQacc", dQacc, n);
+    return which.empty();
   }
   bool fp32() const { return t == course::Dtype::fp32; }
   // O and L: stage 06's forward (flash_v2 in fp32, tuned on the tensor cores); standard
@@ -76,7 +123,8 @@ struct BackwardDeviceRun {
     for (auto* b : {&P, &dS})
       if (b->size()) b->poison();
   }
-  // Every output (and D, dQacc) poisoned: an element nobody writes fails the comparison.
+  // Every output (and D, dQacc) poisoned: an element nobody writes fails the comparison. (All bits
+  // set, the tails' garbage too.)
   void poison() {
     for (auto* b : {&dQf, &dKf, &dVf, &D, &dQacc})
       if (b->size()) b->poison();
@@ -84,7 +132,7 @@ struct BackwardDeviceRun {
       if (b->size()) b->poison();
   }
   std::vector<float> values(const course::DeviceBuffer<float>& f, const course::DeviceBuffer<std::uint16_t>& h) const {
-    return fp32() ? f.download() : course::to_floats(t, h.download());
+    return fp32() ? f.download(0, n) : course::to_floats(t, h.download(0, n));
   }
   // Only the given heads (head_size elements each), one after another: what the float64 check
   // compares (BackwardReference::check_all_heads).

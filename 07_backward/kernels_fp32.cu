@@ -138,8 +138,7 @@ __global__ void __launch_bounds__(256, D <= 32 ? 2 : 1) flash_backward_fp32(cons
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
         const int key = key0 + tx + 16 * b;
-        const bool masked = key >= N || (causal && key > row0 + r);
-        const float P = masked ? 0.0f : ptx::exp2_approx(S[a][b] * c - Ls[r]);
+        const float P = COURSE_MASKED(row0 + r, key, N, causal) ? 0.0f : ptx::exp2_approx(S[a][b] * c - Ls[r]);
         Ps[r * kLdP + tx + 16 * b] = P;
         dSs[r * kLdP + tx + 16 * b] = P * (dP[a][b] - Ds[r]);
       }

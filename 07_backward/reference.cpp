@@ -172,6 +172,43 @@ double formula_gradient(const Shape& s, const double* Q, const double* K, const 
   return (*grads[which])[p.offset];
 }
 
+DPrecision d_precision(const Shape& s, course::Dtype dtype, const float* Q, const float* K, const float* V,
+                       const float* dO) {
+  const double scale = 1.0 / std::sqrt(double(s.d));
+  auto round = [dtype](double x) { return double(course::round_to(dtype, float(x))); };
+  std::vector<double> ref, plain[3];
+  for (int h = 0; h < s.heads(); ++h) {
+    const Matrix q = head_matrix(s, h, Q), k = head_matrix(s, h, K), v = head_matrix(s, h, V),
+                 dout = head_matrix(s, h, dO);
+    Matrix S = (q * k.transpose()) * scale;
+    if (s.causal)
+      for (int r = 0; r < s.N; ++r)
+        for (int j = r + 1; j < s.N; ++j) S(r, j) = -kInf;
+    Column L(s.N);
+    Matrix P = S;
+    softmax_rows(P, L);
+    const Matrix dP = dout * v.transpose();
+    const Column D = dout.cwiseProduct(P * v).rowwise().sum();
+    const Matrix dQ = (P.cwiseProduct(dP.colwise() - D) * k) * scale;
+    ref.insert(ref.end(), dQ.data(), dQ.data() + dQ.size());
+    // Plainly in the dtype: S, P and dP rounded; O = P·V before and after its rounding.
+    Matrix Pp = S.unaryExpr(round);
+    softmax_rows(Pp, L);
+    Pp = Pp.unaryExpr(round);
+    const Matrix dPp = dP.unaryExpr(round), O_exact = Pp * v, O_rounded = O_exact.unaryExpr(round);
+    const Column Ds[3] = {dout.cwiseProduct(O_rounded).rowwise().sum(), dout.cwiseProduct(O_exact).rowwise().sum(),
+                          Pp.cwiseProduct(dPp).rowwise().sum()};
+    for (int w = 0; w < 3; ++w) {
+      const Matrix dSp = Pp.cwiseProduct(dPp.colwise() - Ds[w]).unaryExpr(round);
+      const Matrix dQp = ((dSp * k) * scale).unaryExpr(round);
+      plain[w].insert(plain[w].end(), dQp.data(), dQp.data() + dQp.size());
+    }
+  }
+  const auto rms = course::Scale::rms;
+  return {course::max_rel_error(plain[0], ref, rms), course::max_rel_error(plain[1], ref, rms),
+          course::max_rel_error(plain[2], ref, rms)};
+}
+
 BackwardReference::BackwardReference(const Shape& s, course::Dtype dtype, const float* Q,
                                      const float* K, const float* V, const float* dO, int max_heads)
     : s_(s) {

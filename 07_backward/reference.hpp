@@ -72,4 +72,22 @@ class BackwardReference {
 
 constexpr const char* kGradientNames[3] = {"dQ", "dK", "dV"};
 
+// The precision of D (docs/07_backward.md, "The precision of D"): dQ's error in a 16-bit dtype,
+// in FlashAttention's measure (max |x − ref| / rms(ref) over every head, against the float64
+// formula), of the backward computed plainly in the dtype (every tensor a framework keeps rounded
+// to it: S, P, dP, dS, dQ), with D = rowsum(dO ∘ O) taken three ways:
+//   O_rounded  from O as the forward stores it, rounded to the dtype (FlashAttention-2 and this
+//              stage's kernels)
+//   O_exact    from O before that rounding (P·V of the rounded P, in float64)
+//   P_dP       as rowsum(P ∘ dP) of the rounded P and dP, as an unfused softmax backward
+//              (PyTorch's) forms it, which never sees O
+// An error ε in D_i is common to the whole row i of dS = P ∘ (dP − D), and reaches dQ_i as
+// −ε·scale·Σ_j P_ij·K_j, which no cancellation shrinks; where the true dQ is small against that
+// (keys almost equal: K_j = k̄ + δ_j makes the k̄ parts of dQ cancel to 0), O's rounding dominates.
+struct DPrecision {
+  double O_rounded = 0.0, O_exact = 0.0, P_dP = 0.0;
+};
+DPrecision d_precision(const Shape& s, course::Dtype dtype, const float* Q, const float* K, const float* V,
+                       const float* dO);
+
 }  // namespace attention

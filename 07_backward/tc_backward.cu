@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
     float St[MT][NT][4] = {}, dPt[MT][NT][4] = {};
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(St, kf, Qs(b));
     else qk_smem_q<T, D, MT, NT>(St, Ks, 16 * MT * warp, Qs(b));
-    const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
+    const bool mask = COURSE_BLOCK_NEEDS_MASK(row0, key0 + Bc, p.N, p.causal);
     if (mask) mask_scores<true>(St, key0 + 16 * MT * warp, row0, p.N, p.causal);  // Sᵀ: keys in rows
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(dPt, vf, dOs(b));
     else qk_smem_q<T, D, MT, NT>(dPt, Vs, 16 * MT * warp, dOs(b));
@@ -195,30 +195,12 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
   }
 
   // dK_w·scale and dV_w, through shared memory (this warp's own rows of K and V, once every warp
-  // is done reading them) so that each lane writes whole 16-byte chunks.
+  // is done reading them) so that each lane writes whole 16-byte chunks (tc_bwd.cuh).
   __syncthreads();
   const int key_w = 16 * MT * warp;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int n = 0; n < DT; ++n) {
-        const int r = key_w + 16 * mt + g + 8 * h;
-        *reinterpret_cast<uint32_t*>(Ks + ptx::swizzle<D>(r, n) + 2 * t) =
-            ptx::pack<T>(dk[mt][n][2 * h] * p.scale, dk[mt][n][2 * h + 1] * p.scale);
-        *reinterpret_cast<uint32_t*>(Vs + ptx::swizzle<D>(r, n) + 2 * t) =
-            ptx::pack<T>(dv[mt][n][2 * h], dv[mt][n][2 * h + 1]);
-      }
+  stage_dk_dv<T, D>(Ks, Vs, dk, dv, p.scale, key_w, 0, g, t);
   __syncwarp();
-  constexpr int kChunks = D / 8;
-  for (int f = lane; f < 16 * MT * kChunks; f += 32) {
-    const int r = key_w + f / kChunks, ch = f % kChunks;
-    if (key0 + r >= p.N) continue;
-    const size_t at = head + size_t(key0 + r) * D;
-    __stcg(reinterpret_cast<uint4*>(dK + at) + ch, *reinterpret_cast<const uint4*>(Ks + ptx::swizzle<D>(r, ch)));
-    __stcg(reinterpret_cast<uint4*>(dV + at) + ch, *reinterpret_cast<const uint4*>(Vs + ptx::swizzle<D>(r, ch)));
-  }
+  store_dk_dv<D, 16 * MT, D / 8>(dK, dV, Ks, Vs, head, key0, key_w, 0, p.N, lane);
 }
 
 // The deterministic variant's dQ: one block per (query block i, head), 4 warps of 16 rows, K_j and
@@ -282,7 +264,7 @@ __global__ void __launch_bounds__(128, 2) flash_backward_dq(Params p, const uint
     float S[1][NT][4] = {}, dP[1][NT][4] = {};
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(S, qf, Ks(j));
     else qk_smem_q<T, D, 1, NT>(S, Qs, 16 * warp, Ks(j));
-    const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
+    const bool mask = COURSE_BLOCK_NEEDS_MASK(row0, key0 + Bc, p.N, p.causal);
     if (mask) mask_scores(S, warp_row0, key0, p.N, p.causal);
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(dP, gf, Vs(j));
     else qk_smem_q<T, D, 1, NT>(dP, dOs, 16 * warp, Vs(j));

@@ -1,6 +1,7 @@
 // What stage 07's tensor-core key-outer kernels share beyond stage 06's building blocks
 // (tc_common.cuh): the per-row statistics L and D of a query block, the mask and the softmax
-// gradient on transposed scores, and the reduction of a warp's share of dQ into dQacc.
+// gradient on transposed scores, the reduction of a warp's share of dQ into dQacc, and the staged
+// epilogue of dK and dV.
 #pragma once
 
 #include "../06_flash_v2/tc_common.cuh"
@@ -10,12 +11,18 @@ namespace attention::bwd {
 using namespace attention::tc;
 
 // Br floats of L and D from row0 into shared memory, 4 bytes a thread (their rows need not start
-// on 16 bytes), rows past N zero-filled: with Q and dO zero there too, those rows add nothing.
+// on 16 bytes). Query rows past N (rows >= `rows`) are masked, as the dQ pass and the fp32 kernel
+// mask them: L = +∞ and D = 0 (zero-filled), so that P = exp(scale·S − ∞) = 0 and
+// dS = P ∘ (dP − D) = 0 for any finite S and dP: those rows add nothing to dK or dV. (They used to
+// get L = 0 from the zero fill, so P = 1 there, and added nothing only because the tile loads
+// zero-fill Q and dO past N too, which makes dP and so dS zero.) L's copy or store is one
+// predicated instruction each (ptx::cp_async_4_or), not a branch: with `if (in) copy; else
+// Ls[x] = +∞;` ptxas spilled 4 bytes in tuned_deterministic's key-outer kernel at d = 128.
 template <int Br>
 __device__ void load_stats_async(float* Ls, float* Ds, const float* L, const float* Dv, int rows) {
   if (threadIdx.x < Br) {
     const bool in = int(threadIdx.x) < rows;
-    ptx::cp_async_4(Ls + threadIdx.x, L + threadIdx.x, in);
+    ptx::cp_async_4_or(Ls + threadIdx.x, L + threadIdx.x, in, INFINITY);
     ptx::cp_async_4(Ds + threadIdx.x, Dv + threadIdx.x, in);
   }
 }
@@ -68,6 +75,44 @@ __device__ void red_add_dq(const float (&dq)[MT][NC][4], float* tile, int rows) 
                            : make_float4(dq[mt][n][0], dq[mt][n][1], got0, got1);
       ptx::red_add_f32x4(row + 8 * n, v, r < rows);
     }
+  }
+}
+
+// The staged epilogue of the key-outer kernels (tc, tuned, wide; split), as stage 06's
+// write_output does it for O: a warp's dK·scale and dV, packed to 16 bits, go into the swizzled
+// tiles Ks and Vs (rows of D halves) that K_j and V_j held (stage_dk_dv), and from there to global
+// memory in whole 16-byte chunks, consecutive lanes taking consecutive chunks of a row, so that
+// each row goes out in whole 32-byte sectors (store_dk_dv). The warp's keys are the tile rows
+// key_w .. key_w + kRows − 1 (MT m-tiles of 16), its columns the chunks chunk0 .. chunk0 + kChunks
+// − 1 (NC n-tiles of 8); tile row r is key key0 + r of the head from `head`, not written past N.
+// (write_output and the dQ pass's epilogue, flash_backward_dq, keep their own loops: written
+// through a shared helper, their compiled code changed, the cubins of stage 06's rung 1 and of
+// the dQ pass, which the committed measurements were taken with. These two leave it unchanged.)
+template <class T, int D, int MT, int NC>
+__device__ void stage_dk_dv(uint16_t* Ks, uint16_t* Vs, const float (&dk)[MT][NC][4], const float (&dv)[MT][NC][4],
+                            float scale, int key_w, int chunk0, int g, int t) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int n = 0; n < NC; ++n) {
+        const int r = key_w + 16 * mt + g + 8 * h;
+        *reinterpret_cast<uint32_t*>(Ks + ptx::swizzle<D>(r, chunk0 + n) + 2 * t) =
+            ptx::pack<T>(dk[mt][n][2 * h] * scale, dk[mt][n][2 * h + 1] * scale);
+        *reinterpret_cast<uint32_t*>(Vs + ptx::swizzle<D>(r, chunk0 + n) + 2 * t) =
+            ptx::pack<T>(dv[mt][n][2 * h], dv[mt][n][2 * h + 1]);
+      }
+}
+template <int D, int kRows, int kChunks>
+__device__ void store_dk_dv(uint16_t* dK, uint16_t* dV, const uint16_t* Ks, const uint16_t* Vs, size_t head,
+                            int key0, int key_w, int chunk0, int N, int lane) {
+  for (int f = lane; f < kRows * kChunks; f += 32) {
+    const int r = key_w + f / kChunks, ch = chunk0 + f % kChunks;
+    if (key0 + r >= N) continue;
+    const size_t at = head + size_t(key0 + r) * D;
+    __stcg(reinterpret_cast<uint4*>(dK + at) + ch, *reinterpret_cast<const uint4*>(Ks + ptx::swizzle<D>(r, ch)));
+    __stcg(reinterpret_cast<uint4*>(dV + at) + ch, *reinterpret_cast<const uint4*>(Vs + ptx::swizzle<D>(r, ch)));
   }
 }
 

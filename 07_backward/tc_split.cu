@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(256, 1) flash_backward_split(Params p, const u
     mma_abt<T, D, MT, NT>(St, smem0, k_at, q_at);
     // The mask before dPᵀ's mma's, then Pᵀ = exp(scale·Sᵀ − L) and dSᵀ = Pᵀ ∘ (dPᵀ − D), as in
     // tc_backward.cu (one basic block: the exps and the mma's interleave).
-    const bool mask = key0 + Bc > p.N || (p.causal && key0 + Bc - 1 > row0);
+    const bool mask = COURSE_BLOCK_NEEDS_MASK(row0, key0 + Bc, p.N, p.causal);
     if (mask) mask_scores<true>(St, key0 + 32 * wk, row0 + 32 * wq, p.N, p.causal);  // Sᵀ: keys in rows
     mma_abt<T, D, MT, NT>(dPt, smem0, k_at + kKV, q_at + kQdO);
     softmax_backward_t(St, dPt, Ls(b) + 32 * wq, Ds(b) + 32 * wq, c);
@@ -218,27 +218,12 @@ __global__ void __launch_bounds__(256, 1) flash_backward_split(Params p, const u
   }
 
   // dK_w·scale and dV_w through shared memory (this warp's own rows and columns of K and V, once
-  // every warp is done reading them), so that each lane writes whole 16-byte chunks.
+  // every warp is done reading them), so that each lane writes whole 16-byte chunks (tc_bwd.cuh):
+  // the warp's 32 keys, and its half of each row, D / 16 chunks from chunk D / 16 · wq.
   __syncthreads();
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int n = 0; n < D / 16; ++n) {
-        const int at = ptx::swizzle<D>(32 * wk + 16 * mt + g + 8 * h, D / 16 * wq + n) + 2 * t;
-        *reinterpret_cast<uint32_t*>(Ks + at) = ptx::pack<T>(dk[mt][n][2 * h] * p.scale, dk[mt][n][2 * h + 1] * p.scale);
-        *reinterpret_cast<uint32_t*>(Vs + at) = ptx::pack<T>(dv[mt][n][2 * h], dv[mt][n][2 * h + 1]);
-      }
+  stage_dk_dv<T, D>(Ks, Vs, dk, dv, p.scale, 32 * wk, D / 16 * wq, g, t);
   __syncwarp();
-  constexpr int kChunks = D / 16;  // a warp's half row
-  for (int f = lane; f < 32 * kChunks; f += 32) {
-    const int r = 32 * wk + f / kChunks, ch = kChunks * wq + f % kChunks;
-    if (key0 + r >= p.N) continue;
-    const size_t at = head + size_t(key0 + r) * D;
-    __stcg(reinterpret_cast<uint4*>(dK + at) + ch, *reinterpret_cast<const uint4*>(Ks + ptx::swizzle<D>(r, ch)));
-    __stcg(reinterpret_cast<uint4*>(dV + at) + ch, *reinterpret_cast<const uint4*>(Vs + ptx::swizzle<D>(r, ch)));
-  }
+  store_dk_dv<D, 32, D / 16>(dK, dV, Ks, Vs, head, key0, 32 * wk, D / 16 * wq, p.N, lane);
 }
 
 }  // namespace bwd

@@ -154,6 +154,69 @@ TEST_CASE("the tolerance: twice plain backward's error in the dtype; a wrong val
   }
 }
 
+// Chapter 07, "The precision of D". An error ε in D_i is common to the whole row i of
+// dS = P ∘ (dP − D) and reaches dQ_i as −ε·scale·Σ_j P_ij·K_j, which nothing cancels; D's error
+// from O rounded to 16 bits grows with |O| and |dO|. Three inputs, each with D taken from O as the
+// forward stores it (rounded) and from O before that rounding (the forward's float o / l):
+//   zero-mean       Q, K, V, dO uniform in [−1, 1): O ≈ 0, so D's error is small
+//   the course's    uniform in [−1, 2) (problem.hpp): not zero-mean, so O and Σ_j P_ij·K_j are not
+//                   small, and D's error already dominates dQ's
+//   keys almost     the course's inputs with K_j = k̄ + δ_j, δ uniform in ±0.1 (rounded): every
+//   equal           attention row nearly uniform, and the k̄ parts of the true dQ_i =
+//                   scale·Σ_j P_ij·(dP_ij − D_i)·K_j cancel exactly, so the true dQ is small while
+//                   D's error reaches it as −ε·scale·k̄, as large as ever
+// Measured on this stage's own algorithm (the CPU twin of the kernels, O from stage 06's counted
+// forward, rounded or not) and printed beside the backward computed plainly in the dtype
+// (d_precision: float64 with every kept tensor rounded, D three ways). With COURSE_SEED set the
+// printed numbers repeat (chapter 07 quotes COURSE_SEED=1).
+TEST_CASE("the precision of D: with keys almost equal, D from the rounded O makes dQ's error many times larger") {
+  const Shape s{1, 2, 1024, 64, false};
+  const char* names[3] = {"zero-mean inputs", "the course's inputs", "keys almost equal"};
+  for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
+    const std::uint64_t seed = course::fresh_seed();
+    BackwardInputs inputs[3] = {make_backward_inputs(s, t, seed, 1.0f, -1.0f, 1.0f), make_backward_inputs(s, t, seed),
+                                make_backward_inputs(s, t, seed)};
+    const auto delta = course::random_uniform(s.elements(), seed + 7, -0.1f, 0.1f);
+    std::vector<float>& K = inputs[2].fwd.K;
+    for (std::size_t x = 0; x < s.elements(); ++x) {  // k̄: the head's first key
+      const std::size_t first = x / (std::size_t(s.N) * s.d) * s.N * s.d + x % s.d;
+      K[x] = inputs[1].fwd.K[first] + delta[x];
+    }
+    inputs[2].fwd.Kh = course::round_in_place(t, K);
+    const std::string dtype = course::name(t);
+    CAPTURE(dtype);
+    CAPTURE(seed);
+    double ratio[3];  // ours: dQ's error with D from the rounded O / from the unrounded O
+    for (int which = 0; which < 3; ++which) {
+      const BackwardInputs& in = inputs[which];
+      const DPrecision plain = d_precision(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+      std::vector<float> O(s.elements()), O_unrounded(s.elements()), L(std::size_t(s.heads()) * s.N);
+      flash_v2_counted(s, t, Tiles{128, 64}, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), O.data(), L.data(),
+                       O_unrounded.data());
+      const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+      double ours[2];  // [0]: D from the unrounded O, [1]: from the rounded O
+      for (int rounded = 0; rounded < 2; ++rounded) {
+        std::vector<float> dQ(s.elements()), dK(s.elements()), dV(s.elements());
+        flash_backward_counted(s, t, kAtomic, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
+                               (rounded ? O : O_unrounded).data(), in.dO.data(), L.data(), dQ.data(), dK.data(),
+                               dV.data(), !rounded);
+        ours[rounded] = ref.check(0, dQ.data()).max_rel_err;
+      }
+      ratio[which] = ours[1] / ours[0];
+      MESSAGE(dtype << ", " << std::string(names[which]) << ": dQ's error, max |x − ref| / rms(ref), with D from"
+                    << " the rounded O " << ours[1] << ", the unrounded O " << ours[0] << " (" << ratio[which]
+                    << "x); plain in " << dtype << ": D from the rounded O " << plain.O_rounded << ", the unrounded O "
+                    << plain.O_exact << ", rowsum(P ∘ dP) " << plain.P_dP);
+    }
+    // Seen over seeds at this shape, both dtypes: zero-mean 0.97-1.14x, the course's inputs
+    // 2.7-4.9x, keys almost equal 6.7-10.5x.
+    CHECK(ratio[0] < 1.5);
+    CHECK(ratio[1] > 1.5);
+    CHECK(ratio[2] > 5.0);
+    CHECK(ratio[2] > ratio[1]);
+  }
+}
+
 TEST_CASE("a run checked from its checked heads alone gets the verdict of its whole gradients") {
   const Shape s{2, 9, 1000, 64, false};  // B·H·N > 16384: heads 0, 9 and 17 only
   const auto in = make_backward_inputs(s, Dtype::bf16, course::fresh_seed());

@@ -101,6 +101,40 @@ TEST_CASE("standard attention's backward matches float64, every dtype and d it t
     if (v.standard) check_every_shape(v), check_large_shapes(v);
 }
 
+// Rows past N, with garbage past every tensor's end (all bits set: NaN in every dtype) instead of
+// the zeros a fresh buffer may hold: N not a multiple of any block, so the last query block of
+// each head has rows past N (in every head but the last those rows are the next head's, real
+// values; in the last, the garbage). The key-outer kernels mask those rows (L = +∞, tc_bwd.cuh;
+// the fp32 kernel and the dQ pass likewise), their tile loads never read past N, and nothing is
+// written past any tensor's end: the gradients match float64 and the garbage is still there.
+TEST_CASE("every FlashAttention variant: query rows past N are masked, with garbage past the buffers' ends") {
+  const std::size_t tail = 64 * 128;  // a block's rows at the largest d
+  for (const auto& v : bwd_variants()) {
+    if (v.standard) continue;
+    for (Dtype t : v.dtypes)
+      for (int d : v.ds)
+        for (bool causal : {false, true})
+          for (int N : {77, 130}) {
+            const Shape s{1, 3, N, d, causal};
+            const auto in = make_backward_inputs(s, t, course::fresh_seed());
+            CAPTURE(v.name);
+            const std::string dtype = course::name(t);
+            CAPTURE(dtype);
+            CAPTURE(s.text());
+            CAPTURE(in.fwd.seed);
+            BackwardDeviceRun dev(s, t, in, v, tail);
+            dev.forward(s);
+            dev.poison();
+            v.launch(s, t, dev.args());
+            const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+            check_gradients(ref, dev.dQ().data(), dev.dK().data(), dev.dV().data());
+            std::string changed;
+            INFO("written past the end of: " << changed);
+            CHECK(dev.tail_untouched(changed));
+          }
+  }
+}
+
 TEST_CASE("the deterministic variants give the same bits twice") {
   for (const std::string name : {"tc_deterministic", "tuned_deterministic", "wide_deterministic", "split_deterministic"}) {
     CAPTURE(name);

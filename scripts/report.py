@@ -450,14 +450,19 @@ def plot_attention(records, out):
 FLASH_V2 = "06_flash_v2"
 # The ladder's grid, as in FA-2's benchmarks: B·N = 16384 tokens and H·d = 2048 at every N.
 LADDER_TOKENS, LADDER_WIDTH = 16384, 2048
-RUNGS = ["mma", "ldmatrix", "cp_async", "tuned", "lazy_rescale"]
+# rung 4 (tuned) in its five steps, one idea each: exp2, one_barrier, skip_mask, heaviest_first, tuned
+RUNGS = ["mma", "ldmatrix", "cp_async", "exp2", "one_barrier", "skip_mask", "heaviest_first", "tuned", "lazy_rescale"]
 BEST_V2 = "lazy_rescale"  # the last rung: tuned (FA-2's own steps) with FlashAttention-4's lazy rescale
 PEERS_V2 = ["pytorch_flash", "pytorch_cudnn", "pytorch_efficient", "pytorch_math"]
 FLASH_V2_STYLE = OrderedDict(
     mma=dict(color="tab:orange", marker="o", label="mma"),
     ldmatrix=dict(color="tab:green", marker="s", label="ldmatrix"),
     cp_async=dict(color="tab:purple", marker="^", label="cp_async"),
-    tuned=dict(color="tab:cyan", marker="d", label="tuned (FA-2's steps)"),
+    exp2=dict(color="tab:pink", marker="<", label="4a exp2"),
+    one_barrier=dict(color="tab:olive", marker=">", label="4b one_barrier"),
+    skip_mask=dict(color="tab:red", marker="p", label="4c skip_mask"),
+    heaviest_first=dict(color="goldenrod", marker="h", label="4d heaviest_first"),
+    tuned=dict(color="tab:cyan", marker="d", label="4e tuned (FA-2's steps)"),
     lazy_rescale=dict(color="tab:blue", marker="D", label="lazy_rescale (ours)"),
     pytorch_flash=dict(color="black", marker="v", label="FlashAttention-2 (SDPA flash)"),
     pytorch_cudnn=dict(color="gray", marker="P", label="cuDNN"),
