@@ -73,6 +73,7 @@ std::string existing_header(const std::string& path) {
   std::string header;
   std::ifstream in(path);
   if (in) std::getline(in, header);
+  if (!header.empty() && header.back() == '\r') header.pop_back();  // a CSV whose lines end in \r\n
   if (!header.empty() && header != csv_header()) {
     throw UsageError("'" + path + "' has another header; write to a new file");
   }

@@ -217,7 +217,7 @@ def append_csv(path, rows):
         if header != COLUMNS:
             raise SystemExit(f"{path} has another header (an older schema?); write to a new file")
     with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")  # as common/report.cpp ends lines
         if new_file:
             w.writeheader()
         for r in rows:
