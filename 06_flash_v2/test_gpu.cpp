@@ -17,34 +17,13 @@
 #include "kernels.cuh"
 #include "problem.hpp"
 #include "reference.hpp"
+#include "test_gpu_util.hpp"
 #include "variants.hpp"
 
 using namespace attention;
 using course::Dtype;
-
-namespace {
-
-struct Result {
-  std::vector<float> O, L;
-};
-
-Result run_gpu(const V2Variant& v, const Shape& s, Dtype t, const Inputs& in) {
-  DeviceRun dev(s, t, in);
-  dev.poison();  // an element nobody writes fails the comparison
-  v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get());
-  return {dev.O_values(t), dev.L.download()};
-}
-
-void check_result(const Shape& s, Dtype t, const Inputs& in, const Result& r) {
-  const Reference ref(s, t, in.Q.data(), in.K.data(), in.V.data());
-  const auto O = ref.check_O(r.O.data()), L = ref.check_L(r.L.data());
-  INFO("O: " << O.summary() << "\n" << O.first_mismatches);
-  INFO("L: " << L.summary() << "\n" << L.first_mismatches);
-  CHECK(O.ok());
-  CHECK(L.ok());
-}
-
-}  // namespace
+using attention::testing::check_result;
+using attention::testing::run_gpu;
 
 TEST_CASE("every variant matches float64 (O and L), every dtype and d it takes, causal or not, ragged N") {
   // Under compute-sanitizer (slow): fewer sizes, still ragged ones and N = 1.

@@ -16,6 +16,7 @@
 #include "../06_flash_v2/device_run.hpp"
 #include "../06_flash_v2/problem.hpp"
 #include "../06_flash_v2/reference.hpp"
+#include "../06_flash_v2/test_gpu_util.hpp"
 #include "check.hpp"
 #include "counters.hpp"
 #include "kernels.cuh"
@@ -23,6 +24,8 @@
 
 using namespace attention;
 using course::Dtype;
+using attention::testing::check_result;
+using attention::testing::run_gpu;
 
 namespace attention::fa3 {
 // fa3_host.cu (declared in fa3_common.cuh, which holds device code): a tensor map, from its cache
@@ -31,26 +34,6 @@ CUtensorMap make_tensor_map(const void* base, bool bf16, int heads, int N, int d
 }  // namespace attention::fa3
 
 namespace {
-
-struct Result {
-  std::vector<float> O, L;
-};
-
-Result run_gpu(const V2Variant& v, const Shape& s, Dtype t, const Inputs& in) {
-  DeviceRun dev(s, t, in);
-  dev.poison();  // an element nobody writes fails the comparison
-  v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get());
-  return {dev.O_values(t), dev.L.download()};
-}
-
-void check_result(const Shape& s, Dtype t, const Inputs& in, const Result& r) {
-  const Reference ref(s, t, in.Q.data(), in.K.data(), in.V.data());
-  const auto O = ref.check_O(r.O.data()), L = ref.check_L(r.L.data());
-  INFO("O: " << O.summary() << "\n" << O.first_mismatches);
-  INFO("L: " << L.summary() << "\n" << L.first_mismatches);
-  CHECK(O.ok());
-  CHECK(L.ok());
-}
 
 // Inputs whose K has a few outlier channels (columns scaled by 20), as real models' keys do.
 Inputs with_outlier_channels(const Shape& s, Dtype t, std::uint64_t seed) {
