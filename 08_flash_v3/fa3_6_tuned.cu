@@ -17,7 +17,15 @@
 //  - Row max and row sum as trees (softmax_scores_tuned, fa3_common.cuh): the softmax is on its
 //    warpgroup's critical path: rung 5 has chains of 16 dependent fmax's and 32 dependent adds a
 //    row, the trees about 10 of each.
-//  - kStages = 3 at d = 64 (112 KB + 16 KB of staging), 2 at d = 128 (160 KB + 32 KB).
+//  - Three consumer warpgroups at d = 64 (kWG = 3: tiles of Br = 192 query rows, 4 warpgroups,
+//    setmaxnreg 24 / 160), two at d = 128 (Br = 128, 24 / 240), as FA-3 chooses. At d = 64 a
+//    warpgroup's softmax takes about as long as its two products (the exponential unit does 16
+//    a clock per SM, the tensor cores 16 scores' worth of d = 64 products a clock): two
+//    warpgroups cannot hide each other's softmax, three can. A third also cuts the bytes of K and
+//    V that each query row costs by a third (L2 → SM). 160 registers hold S, P̃ and o at d = 64
+//    (64 + 32 + 32), not at d = 128 (o is 64). The turn at the tensor cores goes round the
+//    warpgroups (0, 1, 2, 0, ...). The ablation tuned_br128 is the same kernel with two.
+//  - kStages = 3 at d = 64 (24 + 96 KB + 24 KB of staging), 2 at d = 128 (32 + 128 KB + 32 KB).
 // Tried and measured, off here (chapter 08): the lazy rescale (kLazyLog2 = 8) and a quarter or half
 // of the exponentials on the FMA pipe (kPolyEvery = 4, 2).
 //
@@ -31,24 +39,31 @@
 namespace attention {
 namespace fa3 {
 
-template <class T, int D, int kStages, int kPolyEvery, int kLazyLog2>
-__global__ void __launch_bounds__(384, 1)
+// The registers a consumer thread may have after setmaxnreg, with the producer's warpgroup at 24:
+// (65536 − 128 · 24) / (128 · kWG), rounded down to a multiple of 8 (240 for two, 160 for three).
+template <int kWG>
+constexpr int consumer_registers() {
+  return (65536 / 128 - 24) / kWG / 8 * 8;
+}
+
+template <class T, int D, int kWG, int kStages, int kPolyEvery, int kLazyLog2>
+__global__ void __launch_bounds__(128 * (kWG + 1), 1)
     flash_v3_tuned(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                    const __grid_constant__ CUtensorMap mapV, Params p, int heads, int* next_tile) {
-  constexpr int NT = kBc / 8, DT = D / 8;
+  constexpr int NT = kBc / 8, DT = D / 8, Br = 64 * kWG;
   extern __shared__ uint8_t smem_raw[];
-  const Pipeline<D, kStages, true> pipe{align1024(smem_raw)};
-  const int warp = threadIdx.x / 32, wg = warp / 4;
+  const Pipeline<D, kStages, true, 1, Br> pipe{align1024(smem_raw)};
+  const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
   // The tiles: t = h·Tr + x, query block i = x (causal: Tr − 1 − x): rung 5's grid order, a head's
   // tiles together (for L2) and, causal, a head's heaviest first. Block b starts with tile b and
   // then takes the next tile not yet taken (*next_tile counts them, from gridDim.x on): a block
   // whose tiles were short takes more of them, as the hardware does with rung 5's grid.
-  const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
+  const int Tr = (p.N + Br - 1) / Br, tiles = Tr * heads;
   auto tile = [&](int t, int& i, int& h) {
     h = t / Tr;
     i = p.causal ? Tr - 1 - t % Tr : t % Tr;
   };
-  if (threadIdx.x == 0) pipe.init(8);
+  if (threadIdx.x == 0) pipe.init(4 * kWG);
   __syncthreads();
 
   if (wg == 0) {  // ---- the producer: rung 5's, tile after tile ----
@@ -64,25 +79,27 @@ __global__ void __launch_bounds__(384, 1)
         }
         int i, h;
         tile(t, i, h);
-        it = pipe.produce(&mapQ, &mapK, &mapV, i * kBr, h, key_blocks(p.N, kBr, kBc, p.causal, i), it);
+        it = pipe.produce(&mapQ, &mapK, &mapV, i * Br, h, key_blocks(p.N, Br, kBc, p.causal, i), it);
       }
     }
   } else {  // ---- the consumers ----
-    hopper::setmaxnreg_inc<240>();
+    hopper::setmaxnreg_inc<consumer_registers<kWG>()>();
     const int cwg = wg - 1, cwarp = warp - 4;
+    // The turn goes round: warpgroup c waits on barrier kSched + c and passes to c + 1 (mod kWG).
+    // (This rung has no other named barriers: its epilogue stages O warp by warp.)
     auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
-    auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (1 - cwg), 256); };
-    if (cwg == 1) pass_turn();  // warpgroup 0 goes first
+    auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (cwg + 1) % kWG, 256); };
+    if (cwg == kWG - 1) pass_turn();  // warpgroup 0 goes first
 
     int it = 0;  // loads consumed: the ring's phases
     for (int n = 0;; ++n) {
       pipe.wait_q(n);
-      const int t = pipe.tile_number(n);
+      const int t = __shfl_sync(0xffffffffu, pipe.tile_number(n), 0);
       if (t < 0) break;
       int i, h;
       tile(t, i, h);
-      const int row0 = i * kBr, warp_row0 = row0 + 16 * cwarp;
-      const int blocks = key_blocks(p.N, kBr, kBc, p.causal, i);
+      const int row0 = i * Br, warp_row0 = row0 + 16 * cwarp;
+      const int blocks = key_blocks(p.N, Br, kBc, p.causal, i);
       float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
       float S[1][NT][4];
       uint32_t P[1][NT / 2][4];
@@ -95,7 +112,7 @@ __global__ void __launch_bounds__(384, 1)
       pipe.wait_k(it);
       wait_turn();
       hopper::wgmma_fence();
-      issue_qk<T, D>(S[0], pipe.Q(), cwg, pipe.K(it));
+      issue_qk<T, D, Br>(S[0], pipe.Q(), cwg, pipe.K(it));
       hopper::wgmma_commit();
       pass_turn();
       hopper::wgmma_wait<0>();
@@ -111,7 +128,7 @@ __global__ void __launch_bounds__(384, 1)
         pipe.wait_k(k);
         wait_turn();
         hopper::wgmma_fence();
-        issue_qk<T, D>(S[0], pipe.Q(), cwg, pipe.K(k));
+        issue_qk<T, D, Br>(S[0], pipe.Q(), cwg, pipe.K(k));
         hopper::wgmma_commit();
         pipe.wait_v(k - 1);
         issue_pv<T, D>(o[0], P[0], pipe.V(k - 1));
@@ -143,7 +160,7 @@ __global__ void __launch_bounds__(384, 1)
 
       tc::write_output<T, D, 1>(o, m, l, pipe.O() + 16 * cwarp * D, p, size_t(h) * p.N * D, warp_row0);
     }
-    if (cwg == 0) wait_turn();  // warpgroup 1's last pass: every arrival on a named barrier is matched
+    if (cwg == 0) wait_turn();  // the last warpgroup's last pass: every arrival on a named barrier is matched
   }
 }
 
@@ -170,8 +187,9 @@ int* tile_counter() {
 
 namespace {
 
-// The tuned rung at compile-time settings; kStagesOr0 = 0: 3 at d = 64, 2 at d = 128.
-template <int kStagesOr0, int kPolyEvery64, int kLazyLog2, bool kPersistent>
+// The tuned rung at compile-time settings; kStagesOr0 = 0: 3 at d = 64, 2 at d = 128; kWG64: the
+// consumer warpgroups at d = 64 (two at d = 128).
+template <int kStagesOr0, int kPolyEvery64, int kLazyLog2, bool kPersistent, int kWG64 = 3>
 void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                   void* O, float* L) {
   tc::dispatch(name, s, t, [&](auto config) {
@@ -179,15 +197,16 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
     fa3::require_hopper(name);
     constexpr int kStages = kStagesOr0 > 0 ? kStagesOr0 : (C::D == 64 ? 3 : 2);
     constexpr int kPoly = C::D == 64 ? kPolyEvery64 : 0;
-    constexpr size_t bytes = fa3::Smem<C::D, kStages, true>::kBytes;
-    const fa3::TensorMaps m = fa3::tensor_maps(s, t, C::D, Q, K, V);
-    const auto kernel = fa3::flash_v3_tuned<typename C::T, C::D, kStages, kPoly, kLazyLog2>;
+    constexpr int kWG = C::D == 64 ? kWG64 : 2, Br = 64 * kWG;
+    constexpr size_t bytes = fa3::Smem<C::D, kStages, true, 1, Br>::kBytes;
+    const fa3::TensorMaps m = fa3::tensor_maps(s, t, C::D, Q, K, V, Br);
+    const auto kernel = fa3::flash_v3_tuned<typename C::T, C::D, kWG, kStages, kPoly, kLazyLog2>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    const unsigned persistent = fa3::persistent_grid(s, name);  // checks the number of tiles too
-    const unsigned grid = kPersistent ? persistent : unsigned((s.N + fa3::kBr - 1) / fa3::kBr) * unsigned(s.heads());
+    const unsigned persistent = fa3::persistent_grid(s, name, Br);  // checks the number of tiles too
+    const unsigned grid = kPersistent ? persistent : unsigned((s.N + Br - 1) / Br) * unsigned(s.heads());
     int* next_tile = fa3::tile_counter();
     CUDA_CHECK(cudaMemsetAsync(next_tile, 0, sizeof(int)));
-    kernel<<<grid, 384, bytes>>>(m.Q, m.K, m.V, tc::params(Q, K, V, O, L, s.N, s.causal, C::D), s.heads(), next_tile);
+    kernel<<<grid, 128 * (kWG + 1), bytes>>>(m.Q, m.K, m.V, tc::params(Q, K, V, O, L, s.N, s.causal, C::D), s.heads(), next_tile);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -215,6 +234,10 @@ void launch_fa3_tuned_poly(const Shape& s, course::Dtype t, const void* Q, const
 void launch_fa3_tuned_2_stages(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                                void* O, float* L) {
   launch_tuned<2, 0, 0, true>("tuned_2_stages", s, t, Q, K, V, O, L);
+}
+void launch_fa3_tuned_br128(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                            float* L) {
+  launch_tuned<0, 0, 0, true, 2>("tuned_br128", s, t, Q, K, V, O, L);
 }
 
 }  // namespace attention

@@ -38,9 +38,10 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int NT = kBc / 8, DT = D / 8;
   extern __shared__ uint8_t smem_raw[];
   const Pipeline<D, kStages, true, 2> pipe{align1024(smem_raw)};
-  // The warp's number, broadcast from lane 0 as the tile numbers are (Pipeline::tile_number), so that
-  // ptxas knows it is the same in every lane of the warp.
+  // The warp's number and the tile numbers, broadcast from lane 0 (__shfl_sync), so that ptxas knows
+  // they are the same in every lane of the warp and keeps the K descriptors in uniform registers.
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
+  auto tile_number = [&](int n) { return __shfl_sync(0xffffffffu, pipe.tile_number(n), 0); };
   // Tiles as in rung 6: t = h·Tr + x, query block i = x (causal: Tr − 1 − x), from a global counter.
   const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
   auto tile = [&](int t, int& i, int& h) {
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(384, 1)
     int it = 0;  // the load of the tile's first key block: the ring's phases
     // The first tile's first S, alone (block b's first tile is tile b: there is one).
     pipe.wait_q(0);
-    int t = pipe.tile_number(0);
+    int t = tile_number(0);
     pipe.wait_k(it);
     wait_turn();
     hopper::wgmma_fence();
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(384, 1)
       // under a branch makes ptxas serialise every wgmma of the kernel (its warning C7520).
       const int k = it + blocks - 1;
       pipe.wait_q(n + 1);
-      t = pipe.tile_number(n + 1);
+      t = tile_number(n + 1);
       const bool more = t >= 0;
       pipe.wait_v(k);
       if (more) pipe.wait_k(k + 1);

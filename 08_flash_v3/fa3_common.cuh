@@ -30,14 +30,15 @@ constexpr int kSched = 3;
 
 // The shared memory of a rung: Q (Br × D), then kStages slots of K and V (Bc × D each), every tile
 // in the swizzle128 layout and 1024-byte aligned; then the mbarriers. Offsets in 16-bit values.
-template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1>
+// Br: the query rows of a tile, 64 a consumer warpgroup (rung 6 at d = 64: 192, three warpgroups).
+template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1, int Br = kBr>
 struct Smem {
-  // kQSlots = 2 (rung 7): two Q tiles, so that the next tile's Q has landed before this tile ends.
-  static constexpr int kQ = 0, kKV = kQSlots * kBr * D, kSlot = 2 * kBc * D;
-  // kOwnStaging (rungs 6, 7): O is staged in a region of its own, not over Q, so that the next
-  // tile's Q can land while this tile's O is written out.
+  // kQSlots = 2 (tile_overlap): two Q tiles, so that the next tile's Q has landed before this tile ends.
+  static constexpr int kQ = 0, kKV = kQSlots * Br * D, kSlot = 2 * kBc * D;
+  // kOwnStaging (rung 6, tile_overlap): O is staged in a region of its own, not over Q, so that the
+  // next tile's Q can land while this tile's O is written out.
   static constexpr int kO = kKV + kStages * kSlot;
-  static constexpr int kHalves = kO + (kOwnStaging ? kBr * D : 0);
+  static constexpr int kHalves = kO + (kOwnStaging ? Br * D : 0);
   // Two barriers a Q slot, 4 a K/V slot (Pipeline), then 8 bytes for rung 6's two tile numbers.
   static constexpr size_t kBarrierBytes = 8 * (2 * kQSlots + 4 * kStages + 1);
   // + 1024: the dynamic shared memory is aligned to 1024 bytes by hand (align1024).
@@ -81,12 +82,12 @@ __device__ inline uint16_t* staging(uint16_t* Qs, int wg, int wi) {
 // Load number `it` (key block j = blocks − 1 − it) uses slot it % kStages, in that slot's phase
 // (it / kStages) & 1. The producer waits for a slot's previous use to be released; for the first
 // round it asks for the parity of the phase before the barrier's first, which returns at once.
-template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1>
+template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1, int Br = kBr>
 struct Pipeline {
-  using L = Smem<D, kStages, kOwnStaging, kQSlots>;
+  using L = Smem<D, kStages, kOwnStaging, kQSlots, Br>;
   uint16_t* smem;  // 1024-byte aligned
   // Tile n's Q (rungs 6 and 7 number the tiles a block takes; the others have tile 0 only).
-  __device__ uint16_t* Q(int n = 0) const { return smem + L::kQ + (n % kQSlots) * kBr * D; }
+  __device__ uint16_t* Q(int n = 0) const { return smem + L::kQ + (n % kQSlots) * Br * D; }
   __device__ uint16_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
   __device__ uint16_t* V(int it) const { return K(it) + kBc * D; }
   __device__ uint16_t* O() const { return smem + L::kO; }  // kOwnStaging only
@@ -106,17 +107,19 @@ struct Pipeline {
     return reinterpret_cast<volatile int*>(bar(2 * kQSlots + 4 * kStages)) + (n & 1);
   }
 
-  // The consumers' read of tile n's number (rungs 6, 7), after wait_q(n): lane 0 reads it and hands
-  // it to its warp (__shfl_sync). Only lane 0 arrives on q_empty (release_q), and an arrive orders
-  // only its own thread's earlier reads before the producer's next write to the slot (tile n + 2's
-  // number): a read by the other lanes would race with that write (compute-sanitizer's racecheck
-  // reports it as soon as a block takes more than two tiles). The shuffle also tells ptxas that the
-  // number is the same in every lane of the warp, so that the addresses and wgmma descriptors made
-  // from it can stay in the warp's uniform registers (CUTLASS broadcasts its warp index likewise).
+  // The consumers' read of tile n's number (rung 6, tile_overlap), after wait_q(n), by every lane.
+  // Only lane 0 arrives on q_empty (release_q), and an arrive orders only its own thread's earlier
+  // reads before the producer's next write to the slot (tile n + 2's number); so the warp syncs
+  // after the read: __syncwarp orders every lane's read before whatever lane 0 does next, its
+  // arrive included. Without it the reads race with that write: compute-sanitizer's racecheck
+  // reports it as soon as a block takes more than two tiles. The sync is here, not in release_q,
+  // because release_q runs under a branch, and a __syncwarp there made ptxas serialise every
+  // wgmma of the kernel (its warning C7520). Reading in lane 0 alone and broadcasting with
+  // __shfl_sync is race-free too, but cost rung 6 1-6 % at d = 64 (chapter 08).
   __device__ int tile_number(int n) const {
-    int t = 0;
-    if (threadIdx.x % 32 == 0) t = *tile_slot(n);
-    return __shfl_sync(0xffffffffu, t, 0);
+    const int t = *tile_slot(n);
+    __syncwarp();
+    return t;
   }
 
   // One thread, before a __syncthreads.
@@ -139,9 +142,9 @@ struct Pipeline {
   // number. Rungs 6, 7 first wait for Q's slot (wait_q_empty) before they load another tile's Q.
   __device__ int produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapV, int row0, int h,
                          int blocks, int it = 0, int n = 0) const {
-    hopper::mbarrier_arrive_expect_tx(q_full(n), kBr * D * 2);
+    hopper::mbarrier_arrive_expect_tx(q_full(n), Br * D * 2);
 #pragma unroll
-    for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(Q(n) + b * kBr * 64, mapQ, q_full(n), 64 * b, row0, h);
+    for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(Q(n) + b * Br * 64, mapQ, q_full(n), 64 * b, row0, h);
     for (int j = blocks - 1; j >= 0; --j, ++it) {
       const int key0 = j * kBc;
       hopper::mbarrier_wait(k_empty(it), phase(it) ^ 1);
@@ -190,14 +193,15 @@ __device__ void load_tile_cp_async(uint16_t* smem, const uint16_t* src, int rows
 // S = Q·K_jᵀ for the warpgroup `wg`'s 64 rows of Q: D/16 wgmma's of 64 × Bc × 16, each reading a
 // 16-wide k step of Q's rows and of K's rows (both K-major). Issued only: the caller fences
 // before and commits and waits after.
-template <class T, int D>
+// Br: the rows of Q's tile (its 64-column blocks are Br rows apart).
+template <class T, int D, int Br = kBr>
 __device__ void issue_qk(float (&S)[kBc / 8][4], const uint16_t* Qs, int wg, const uint16_t* Ks) {
   const uint64_t q = hopper::make_desc(hopper::smem_u32(Qs) + wg * 64 * 128, 0, 1024);
   const uint64_t k = hopper::make_desc(hopper::smem_u32(Ks), 0, 1024);
 #pragma unroll
   for (int s = 0; s < D / 16; ++s) {  // column block s / 4, 32 bytes a step inside its 128-byte rows
     const uint32_t within = (s % 4) * 32;
-    hopper::wgmma_ss<T, kBc>(S, hopper::desc_advance(q, (s / 4) * kBr * 128 + within),
+    hopper::wgmma_ss<T, kBc>(S, hopper::desc_advance(q, (s / 4) * Br * 128 + within),
                              hopper::desc_advance(k, (s / 4) * kBc * 128 + within), s > 0);
   }
 }
@@ -347,7 +351,7 @@ int* tile_counter();
 
 // The grid of a persistent rung (6, 7): one block a SM, or fewer when there are fewer tiles (or
 // fewer blocks asked for by fa3_set_grid_cap). Throws UsageError past 2^31 tiles.
-unsigned persistent_grid(const Shape& s, const char* variant);
+unsigned persistent_grid(const Shape& s, const char* variant, int Br = kBr);
 
 // Throws UsageError unless the GPU is a Hopper (sm_90): wgmma and setmaxnreg exist only there.
 void require_hopper(const char* variant);
@@ -356,9 +360,10 @@ void require_hopper(const char* variant);
 struct TensorMaps {
   CUtensorMap Q, K, V;
 };
-inline TensorMaps tensor_maps(const Shape& s, course::Dtype t, int d, const void* Q, const void* K, const void* V) {
+inline TensorMaps tensor_maps(const Shape& s, course::Dtype t, int d, const void* Q, const void* K, const void* V,
+                              int Br = kBr) {
   const bool bf16 = t == course::Dtype::bf16;
-  return {make_tensor_map(Q, bf16, s.heads(), s.N, d, kBr), make_tensor_map(K, bf16, s.heads(), s.N, d, kBc),
+  return {make_tensor_map(Q, bf16, s.heads(), s.N, d, Br), make_tensor_map(K, bf16, s.heads(), s.N, d, kBc),
           make_tensor_map(V, bf16, s.heads(), s.N, d, kBc)};
 }
 

@@ -80,9 +80,9 @@ namespace {
 int grid_cap = 0;  // fa3_set_grid_cap: 0, one block a SM
 }  // namespace
 
-unsigned persistent_grid(const Shape& s, const char* variant) {
-  const long long tiles = 1LL * ((s.N + kBr - 1) / kBr) * s.heads();
-  course::require(tiles < (1LL << 31), std::string(variant) + ": too many tiles (B·H·⌈N/128⌉ >= 2^31)");
+unsigned persistent_grid(const Shape& s, const char* variant, int Br) {
+  const long long tiles = 1LL * ((s.N + Br - 1) / Br) * s.heads();
+  course::require(tiles < (1LL << 31), std::string(variant) + ": too many tiles (B·H·⌈N/Br⌉ >= 2^31)");
   const long long blocks = grid_cap > 0 ? grid_cap : course::gpu().sm_count;
   return unsigned(std::min(tiles, blocks));
 }

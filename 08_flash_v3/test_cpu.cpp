@@ -40,7 +40,8 @@ TEST_CASE("FA-2 at stage 08's blocks (128 x 128): float64's O and L, and the cou
         }
 }
 
-TEST_CASE("the ladder: six rungs in the chapter's order, fp16 and bf16, d = 64 and 128, 128 x 128 blocks") {
+TEST_CASE("the ladder: six rungs in the chapter's order, fp16 and bf16, d = 64 and 128, 128 x 128 blocks "
+          "(the last rung 192 x 128 at d = 64)") {
   const std::vector<std::string> names = {"wgmma", "tma", "warp_specialized", "pingpong", "overlap", "tuned"};
   REQUIRE(v3_variants().size() == names.size());
   for (std::size_t k = 0; k < names.size(); ++k) {
@@ -50,10 +51,14 @@ TEST_CASE("the ladder: six rungs in the chapter's order, fp16 and bf16, d = 64 a
     CHECK(v.supports(Dtype::bf16, 128));
     CHECK_FALSE(v.supports(Dtype::fp32, 64));
     CHECK_FALSE(v.supports(Dtype::fp16, 32));
-    CHECK(v.tiles(64).Br == 128);
+    CHECK(v.tiles(64).Br == (v.name == "tuned" ? 192 : 128));  // three consumer warpgroups at d = 64
+    CHECK(v.tiles(128).Br == 128);
+    CHECK(v.tiles(64).Bc == 128);
     CHECK(v.tiles(128).Bc == 128);
     CHECK(bool(v.launch) == bool(COURSE_HAS_HOPPER));  // launchers exist exactly in an sm_90a build
   }
   CHECK(v3_variant("tuned_lazy").name == "tuned_lazy");  // an ablation, found by name
+  CHECK(v3_variant("tuned_br128").tiles(64).Br == 128);  // the ablation with two consumer warpgroups
+  CHECK_FALSE(v3_variant("tuned_br128").supports(Dtype::fp16, 128));
   CHECK_THROWS_AS(v3_variant("tuned_fast"), course::UsageError);
 }
