@@ -25,6 +25,10 @@
 //    V that each query row costs by a third (L2 → SM). 160 registers hold S, P̃ and o at d = 64
 //    (64 + 32 + 32), not at d = 128 (o is 64). The turn at the tensor cores goes round the
 //    warpgroups (0, 1, 2, 0, ...). The ablation tuned_br128 is the same kernel with two.
+//    Causal, a 192-row tile reaches 1.5 key blocks past its first row: each warpgroup skips the key
+//    blocks past its own rows (an empty turn, the slots given back), or the tile would compute 1.5x
+//    the useful scores at N = 1024 instead of 1.125x; rows all past N (a head's last tile) skip all
+//    but one block.
 //  - kStages = 3 at d = 64 (24 + 96 KB + 24 KB of staging), 2 at d = 128 (32 + 128 KB + 32 KB).
 // Tried and measured, off here (chapter 08): the lazy rescale (kLazyLog2 = 8) and a quarter or half
 // of the exponentials on the FMA pipe (kPolyEvery = 4, 2).
@@ -98,32 +102,46 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       if (t < 0) break;
       int i, h;
       tile(t, i, h);
-      const int row0 = i * Br, warp_row0 = row0 + 16 * cwarp;
+      const int row0 = i * Br, wg_row0 = row0 + 64 * cwg, warp_row0 = row0 + 16 * cwarp;
       const int blocks = key_blocks(p.N, Br, kBc, p.causal, i);
+      // The key blocks this warpgroup's 64 rows need: causal, fewer than the tile's (whose last row
+      // is up to 128 further on); rows all past N (the last tile of a head), one (computed and not
+      // written: a wgmma under a branch would cost more, C7520). Visits before b0 are keys past
+      // every row of the warpgroup: it gives their slots back unread and lets its turn pass, so that
+      // the turns stay in order. At Br = 192 this is a third of the causal work at N = 1024.
+      const int needed = wg_row0 >= p.N ? 1 : p.causal ? min(blocks, (wg_row0 + 64 + kBc - 1) / kBc) : blocks;
+      const int b0 = blocks - needed;
       float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
       float S[1][NT][4];
       uint32_t P[1][NT / 2][4];
       auto mask = [&](int b) {  // the b-th key block visited: j = blocks − 1 − b
         const int j = blocks - 1 - b;
-        if (needs_mask(j, row0, p.N, p.causal)) tc::mask_scores(S, warp_row0, j * kBc, p.N, p.causal);
+        if (needs_mask(j, wg_row0, p.N, p.causal)) tc::mask_scores(S, warp_row0, j * kBc, p.N, p.causal);
       };
 
-      pipe.wait_q(n);
-      pipe.wait_k(it);
+      for (int b = 0; b < b0; ++b) {  // an empty turn; the slots back once their loads landed
+        wait_turn();
+        pass_turn();
+        pipe.wait_k(it + b);
+        pipe.release_k(it + b);
+        pipe.wait_v(it + b);
+        pipe.release_v(it + b);
+      }
+      pipe.wait_k(it + b0);
       wait_turn();
       hopper::wgmma_fence();
-      issue_qk<T, D, Br>(S[0], pipe.Q(), cwg, pipe.K(it));
+      issue_qk<T, D, Br>(S[0], pipe.Q(), cwg, pipe.K(it + b0));
       hopper::wgmma_commit();
       pass_turn();
       hopper::wgmma_wait<0>();
       hopper::fence_registers(S[0]);
-      pipe.release_k(it);
-      if (blocks == 1) pipe.release_q();
-      mask(0);
+      pipe.release_k(it + b0);
+      if (b0 == blocks - 1) pipe.release_q();
+      mask(b0);
       float alpha[2];
       softmax_scores_tuned<kPolyEvery, kLazyLog2>(S[0], m[0], l[0], p.scale, alpha);  // o is 0: no rescale
       tc::pack_a<T>(S[0], P[0]);
-      for (int b = 1; b < blocks; ++b) {
+      for (int b = b0 + 1; b < blocks; ++b) {
         const int k = it + b;  // this block's load; k − 1 the previous one's
         pipe.wait_k(k);
         wait_turn();
@@ -158,7 +176,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       pipe.release_v(k);
       it += blocks;
 
-      tc::write_output<T, D, 1>(o, m, l, pipe.O() + 16 * cwarp * D, p, size_t(h) * p.N * D, warp_row0);
+      tc::write_output<T, D, 1>(o, m, l, pipe.O() + 16 * cwarp * D, p, size_t(h) * p.N * D, warp_row0);  // rows < N
     }
     if (cwg == 0) wait_turn();  // the last warpgroup's last pass: every arrival on a named barrier is matched
   }
