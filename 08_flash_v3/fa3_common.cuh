@@ -108,25 +108,21 @@ struct Pipeline {
   }
 
   // The consumers' read of tile n's number (rung 6, tile_overlap), after wait_q(n), by every lane.
-  // Only lane 0 arrives on q_empty (release_q), and an arrive orders only its own thread's earlier
-  // reads before the producer's next write to the slot (tile n + 2's number); so the warp syncs
-  // after the read: __syncwarp orders every lane's read before whatever lane 0 does next, its
-  // arrive included. Without it the reads race with that write: compute-sanitizer's racecheck
-  // reports it as soon as a block takes more than two tiles. The sync is here, not in release_q,
-  // because release_q runs under a branch, and a __syncwarp there made ptxas serialise every
-  // wgmma of the kernel (its warning C7520). Reading in lane 0 alone and broadcasting with
-  // __shfl_sync is race-free too, but cost rung 6 1-6 % at d = 64 (chapter 08).
-  __device__ int tile_number(int n) const {
-    const int t = *tile_slot(n);
-    __syncwarp();
-    return t;
-  }
+  // The producer writes the slot again (tile n + 2's number) once q_empty(n) completes, and an
+  // arrive orders only its own thread's earlier reads before that write: so every consumer thread
+  // arrives on q_empty (release_q), not one a warp as on the K/V barriers. With lane 0 alone
+  // arriving, the other lanes' reads race with the write (compute-sanitizer's racecheck reports
+  // it as soon as a block takes more than two tiles), and a __syncwarp between the reads and lane
+  // 0's arrive did not satisfy racecheck. Reading in lane 0 alone and broadcasting with __shfl_sync
+  // is race-free too, but cost rung 6 1-6 % at d = 64 (chapter 08). An arrive a thread a tile is
+  // nothing beside a tile's work.
+  __device__ int tile_number(int n) const { return *tile_slot(n); }
 
   // One thread, before a __syncthreads.
   __device__ void init(int consumer_warps) const {
     for (int n = 0; n < kQSlots; ++n) {
       hopper::mbarrier_init(q_full(n), 1);
-      hopper::mbarrier_init(q_empty(n), consumer_warps);
+      hopper::mbarrier_init(q_empty(n), 32 * consumer_warps);  // every consumer thread (tile_number)
     }
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(k_full(s), 1);
@@ -160,14 +156,12 @@ struct Pipeline {
   }
   // Before the n-th tile's Q: the consumers are done reading the previous one (returns at once for n = 0).
   __device__ void wait_q_empty(int n) const { hopper::mbarrier_wait(q_empty(n), q_phase(n) ^ 1); }
-  // The consumers' side: wait for a tile; give it back (one arrival a warp, from lane 0, after the
-  // warp's wgmma's that read it have completed).
+  // The consumers' side: wait for a tile; give it back (K and V: one arrival a warp, from lane 0,
+  // after the warp's wgmma's that read it have completed; Q: every thread, see tile_number).
   __device__ void wait_q(int n = 0) const { hopper::mbarrier_wait(q_full(n), q_phase(n)); }
   __device__ void wait_k(int it) const { hopper::mbarrier_wait(k_full(it), phase(it)); }
   __device__ void wait_v(int it) const { hopper::mbarrier_wait(v_full(it), phase(it)); }
-  __device__ void release_q(int n = 0) const {
-    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(q_empty(n));
-  }
+  __device__ void release_q(int n = 0) const { hopper::mbarrier_arrive(q_empty(n)); }
   __device__ void release_k(int it) const {
     if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(k_empty(it));
   }
