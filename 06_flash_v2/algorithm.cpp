@@ -39,8 +39,10 @@ course::IoCount flash_v2_counted(const Shape& s, course::Dtype dtype, Tiles t, c
   for (int h = 0; h < s.heads(); ++h) {
     const std::size_t head = std::size_t(h) * N * d;
     for (int i = 0; i < Tr; ++i) {
-      const int row0 = i * t.Br, rows = std::min(t.Br, N - row0);
-      for (int r = 0; r < rows; ++r) gQ.load(head + std::size_t(row0 + r) * d, d, &Qi[std::size_t(r) * d]);
+      // The block's rows row0 + r for r in [r0, rows): r0 > 0 only for a first block laid from the
+      // end (Tiles::from_end), whose rows before 0 are padding.
+      const int row0 = query_row0(s, t, i), r0 = std::max(0, -row0), rows = std::min(t.Br, N - row0);
+      for (int r = r0; r < rows; ++r) gQ.load(head + std::size_t(row0 + r) * d, d, &Qi[std::size_t(r) * d]);
       std::fill(Oi.begin(), Oi.end(), 0.0f);
       std::fill(l.begin(), l.end(), 0.0f);
       std::fill(m.begin(), m.end(), -kInf);
@@ -50,7 +52,7 @@ course::IoCount flash_v2_counted(const Shape& s, course::Dtype dtype, Tiles t, c
           gK.load(head + std::size_t(key0 + c) * d, d, &Kj[std::size_t(c) * d]);
           gV.load(head + std::size_t(key0 + c) * d, d, &Vj[std::size_t(c) * d]);
         }
-        for (int r = 0; r < rows; ++r) {
+        for (int r = r0; r < rows; ++r) {
           float row_max = -kInf;
           for (int c = 0; c < keys; ++c) {
             S[c] = -kInf;
@@ -76,16 +78,19 @@ course::IoCount flash_v2_counted(const Shape& s, course::Dtype dtype, Tiles t, c
           m[r] = m_new;
         }
       }
-      for (int r = 0; r < rows; ++r) {  // deferred normalisation: one division per row, at the end
+      for (int r = r0; r < rows; ++r) {  // deferred normalisation: one division per row, at the end
         for (int x = 0; x < d; ++x) Oi[std::size_t(r) * d + x] /= l[r];
         gO.store(head + std::size_t(row0 + r) * d, d, &Oi[std::size_t(r) * d]);
         if (O_unrounded)
           std::copy_n(&Oi[std::size_t(r) * d], d, O_unrounded + head + std::size_t(row0 + r) * d);
         Li[r] = scale * m[r] + std::log(l[r]);
       }
-      const std::size_t stats = std::size_t(h) * N + row0;
-      for (int r = 0; r < rows; r += kLRowsPerStore)
-        gL.store(stats + r, std::min(kLRowsPerStore, rows - r), &Li[r]);
+      // L in stores of 8 rows from the block's first (padding rows left out).
+      const std::size_t stats = std::size_t(h) * N;
+      for (int r = 0; r < rows; r += kLRowsPerStore) {
+        const int a = std::max(r, r0), b = std::min(r + kLRowsPerStore, rows);
+        if (a < b) gL.store(stats + std::size_t(row0 + a), b - a, &Li[a]);
+      }
     }
   }
   o.copy_to(O);
@@ -100,9 +105,11 @@ double flash_v2_model_bytes(const Shape& s, course::Dtype dtype, Tiles t) {
   for (int i = 0; i < Tr; ++i) keys += keys_read(s, t, i);
   for (int h = 0; h < s.heads(); ++h)  // L: per block, stretches of 8 rows
     for (int i = 0; i < Tr; ++i) {
-      const int row0 = i * t.Br, rows = std::min(t.Br, N - row0);
-      for (int r = 0; r < rows; r += kLRowsPerStore)
-        l_sectors += float_sectors(std::size_t(h) * N + row0 + r, std::min(kLRowsPerStore, rows - r));
+      const int row0 = query_row0(s, t, i), r0 = std::max(0, -row0), rows = std::min(t.Br, N - row0);
+      for (int r = 0; r < rows; r += kLRowsPerStore) {
+        const int a = std::max(r, r0), b = std::min(r + kLRowsPerStore, rows);
+        if (a < b) l_sectors += float_sectors(std::size_t(h) * N + row0 + a, b - a);
+      }
     }
   return s.heads() * row * (2.0 * N + 2.0 * keys) + 32.0 * l_sectors;
 }

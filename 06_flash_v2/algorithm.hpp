@@ -18,22 +18,34 @@
 
 namespace attention {
 
-// Query rows per thread block (Br) and keys per step of the inner loop (Bc).
+// Query rows per thread block (Br) and keys per step of the inner loop (Bc). from_end (stage 08's
+// last rung): causal query blocks are laid from the last row back, so that when Br does not divide
+// N the short block is the first (the rows that see fewest keys), not the last (the rows that see
+// all of them); see query_row0.
 struct Tiles {
   int Br, Bc;
+  bool from_end = false;
 };
 
-// Tr = ⌈N/Br⌉ query blocks; the key blocks query block i visits: all ⌈N/Bc⌉, or when causal only
-// those holding a key some row of the block may see (keys up to (i+1)·Br − 1).
+// Tr = ⌈N/Br⌉ query blocks. Block i's first row: i·Br; or, causal with from_end, N − (Tr − i)·Br,
+// which is negative for the first block when Br does not divide N (its rows before 0 are padding:
+// no keys are visible to them, nothing of them is read or written).
 inline int query_blocks(const Shape& s, Tiles t) { return (s.N + t.Br - 1) / t.Br; }
-COURSE_HD inline int key_blocks(int N, int Br, int Bc, bool causal, int i) {
+COURSE_HD inline int query_row0(int N, int Br, bool causal, bool from_end, int i) {
+  return causal && from_end ? N - ((N + Br - 1) / Br - i) * Br : i * Br;
+}
+inline int query_row0(const Shape& s, Tiles t, int i) { return query_row0(s.N, t.Br, s.causal, t.from_end, i); }
+// The key blocks query block i visits: all ⌈N/Bc⌉, or when causal only those holding a key some row
+// of the block may see (keys up to its last row, row0 + Br − 1).
+COURSE_HD inline int key_blocks(int N, int Br, int Bc, bool causal, int i, bool from_end = false) {
   const int all = (N + Bc - 1) / Bc;
   if (!causal) return all;
-  const long long last_row = (i + 1LL) * Br - 1 < N ? (i + 1LL) * Br - 1 : N - 1;
+  const long long end = (long long)query_row0(N, Br, causal, from_end, i) + Br;
+  const long long last_row = end - 1 < N ? end - 1 : N - 1;
   const int visited = int(last_row / Bc) + 1;
   return visited < all ? visited : all;
 }
-inline int key_blocks(const Shape& s, Tiles t, int i) { return key_blocks(s.N, t.Br, t.Bc, s.causal, i); }
+inline int key_blocks(const Shape& s, Tiles t, int i) { return key_blocks(s.N, t.Br, t.Bc, s.causal, i, t.from_end); }
 
 // The mask, in one place for every kernel of stages 06 and 07. COURSE_MASKED: key `key` is hidden
 // from query `query` when it lies past N or, causal, after the query (its score becomes −∞, its P

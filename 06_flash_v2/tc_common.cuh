@@ -354,7 +354,8 @@ __device__ void online_softmax_lazy(float (&S)[MT][NT][4], float (&o)[MT][DT][4]
 // for the warp's 16·MT rows from `row0` of the head. O goes through `stage`, 16·MT rows × D of
 // this warp's own shared memory (swizzled), so that each lane writes whole 16-byte chunks and
 // each row whole 32-byte sectors: written straight from the fragments, a store would cover half a
-// sector per row and the sector would cross to L2 twice. Rows past N are not written.
+// sector per row and the sector would cross to L2 twice. Rows past N are not written, nor rows
+// before 0 (stage 08's causal blocks laid from the end: algorithm.hpp, Tiles::from_end).
 template <class T, int D, int MT>
 __device__ void write_output(const float (&o)[MT][D / 8][4], const float (&m)[MT][2], float (&l)[MT][2],
                              uint16_t* stage, const Params& p, size_t head, int row0) {
@@ -375,14 +376,14 @@ __device__ void write_output(const float (&o)[MT][D / 8][4], const float (&m)[MT
         *reinterpret_cast<uint32_t*>(stage + ptx::swizzle<D>(r, d) + 2 * t) =
             ptx::pack<T>(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
       // head = (index of the head) · N · D, so head / D is where the head's N values of L start.
-      if (t == 0 && row0 + r < p.N) p.L[head / D + row0 + r] = p.scale * m[mt][h] + logf(l[mt][h]);
+      if (t == 0 && unsigned(row0 + r) < unsigned(p.N)) p.L[head / D + row0 + r] = p.scale * m[mt][h] + logf(l[mt][h]);
     }
   __syncwarp();
   constexpr int kChunks = D / 8;
 #pragma unroll
   for (int f = lane; f < 16 * MT * kChunks; f += 32) {
     const int r = f / kChunks, c = f % kChunks;
-    if (row0 + r < p.N)
+    if (unsigned(row0 + r) < unsigned(p.N))
       __stcg(reinterpret_cast<uint4*>(p.O + head + size_t(row0 + r) * D) + c,
              *reinterpret_cast<const uint4*>(stage + ptx::swizzle<D>(r, c)));
   }

@@ -74,6 +74,20 @@ TEST_CASE("FlashAttention-2 on the CPU: d = 32 and 128, and blocks where Bc does
     }
 }
 
+TEST_CASE("causal blocks laid from the last row back (stage 08's Tiles::from_end): the same O and L") {
+  // N = 333 = 1·192 + 141 and 2·128 + 77: the first block starts before row 0, its padding rows
+  // neither read nor written.
+  for (auto [d, Br, Bc] : std::vector<std::array<int, 3>>{{64, 192, 128}, {128, 128, 128}, {64, 48, 80}})
+    for (Dtype t : {Dtype::fp32, Dtype::fp16}) {
+      const Shape s{2, 1, 333, d, true};
+      const auto in = make_inputs(s, t, course::fresh_seed());
+      CAPTURE(s.text());
+      CAPTURE(Br);
+      CAPTURE(in.seed);
+      check_run(s, t, in, run_counted(s, t, Tiles{Br, Bc, true}, in));
+    }
+}
+
 TEST_CASE("large logits: Q times 30 overflows a naive exp, FlashAttention-2 stays within tolerance") {
   for (Dtype t : kAll) {
     const Shape s{1, 1, 300, 64, false};
@@ -134,7 +148,11 @@ TEST_CASE("counted IO equals the model exactly, any N, every dtype, causal or no
           CAPTURE(dtype);
         CAPTURE(Br);
         const auto in = make_inputs(s, t, course::fresh_seed());
-        CHECK(double(run_counted(s, t, Tiles{Br, Bc}, in).io.total()) == flash_v2_model_bytes(s, t, Tiles{Br, Bc}));
+        for (bool from_end : {false, true}) {
+          CAPTURE(from_end);
+          const Tiles tiles{Br, Bc, from_end};
+          CHECK(double(run_counted(s, t, tiles, in).io.total()) == flash_v2_model_bytes(s, t, tiles));
+        }
       }
 }
 
@@ -164,6 +182,18 @@ TEST_CASE("key blocks: all of them, or causal only up to the block's last row") 
   Shape full = s;
   full.causal = false;
   CHECK(key_blocks(full, {128, 64}, 0) == 16);
+  // Laid from the end: N = 1000 = 7·128 + 104, so block 0 is rows −24..103 and block 7 rows 872..999.
+  CHECK(query_row0(s, {128, 64, true}, 0) == -24);
+  CHECK(query_row0(s, {128, 64, true}, 7) == 872);
+  CHECK(key_blocks(s, {128, 64, true}, 0) == 2);   // keys up to 103
+  CHECK(key_blocks(s, {128, 64, true}, 7) == 16);  // keys up to 999
+  CHECK(key_blocks(s, {192, 128, true}, 0) == 1);  // rows −152..39: keys up to 39
+  CHECK(query_row0(full, {128, 64, true}, 0) == 0);  // not causal: laid from the start as always
+  // The short block first costs fewer key blocks in all: 1 + 3 + ... against 2 + 4 + ...
+  int standard = 0, from_end = 0;
+  for (int i = 0; i < query_blocks(s, {192, 128}); ++i)
+    standard += key_blocks(s, {192, 128}, i), from_end += key_blocks(s, {192, 128, true}, i);
+  CHECK(from_end < standard);
 }
 
 TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused with a message") {

@@ -27,8 +27,10 @@
 //    warpgroups (0, 1, 2, 0, ...). The ablation tuned_br128 is the same kernel with two.
 //    Causal, a 192-row tile reaches 1.5 key blocks past its first row: each warpgroup skips the key
 //    blocks past its own rows (an empty turn, the slots given back), or the tile would compute 1.5x
-//    the useful scores at N = 1024 instead of 1.125x; rows all past N (a head's last tile) skip all
-//    but one block.
+//    the useful scores at N = 1024 instead of 1.125x. And the tiles are laid from the last row back
+//    (Tiles::from_end, stage 06's algorithm.hpp): when Br does not divide N, the short tile is a
+//    head's first (rows that see one key block), not its last (rows that see all of them, where two
+//    of three warpgroups would idle while the third works alone: N = 1024 = 5 · 192 + 64).
 //  - kStages = 3 at d = 64 (24 + 96 KB + 24 KB of staging), 2 at d = 128 (32 + 128 KB + 32 KB).
 // Tried and measured, off here (chapter 08): the lazy rescale (kLazyLog2 = 8) and a quarter or half
 // of the exponentials on the FMA pipe (kPolyEvery = 4, 2).
@@ -83,7 +85,8 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         }
         int i, h;
         tile(t, i, h);
-        it = pipe.produce(&mapQ, &mapK, &mapV, i * Br, h, key_blocks(p.N, Br, kBc, p.causal, i), it);
+        it = pipe.produce(&mapQ, &mapK, &mapV, query_row0(p.N, Br, p.causal, true, i), h,
+                          key_blocks(p.N, Br, kBc, p.causal, i, true), it);
       }
     }
   } else {  // ---- the consumers ----
@@ -102,14 +105,17 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       if (t < 0) break;
       int i, h;
       tile(t, i, h);
-      const int row0 = i * Br, wg_row0 = row0 + 64 * cwg, warp_row0 = row0 + 16 * cwarp;
-      const int blocks = key_blocks(p.N, Br, kBc, p.causal, i);
+      // Causal, the tiles are laid from the last row back (Tiles::from_end): row0 < 0 for a head's
+      // first tile when Br does not divide N, its rows before 0 padding (TMA fills them with zeros).
+      const int row0 = query_row0(p.N, Br, p.causal, true, i), wg_row0 = row0 + 64 * cwg,
+                warp_row0 = row0 + 16 * cwarp;
+      const int blocks = key_blocks(p.N, Br, kBc, p.causal, i, true);
       // The key blocks this warpgroup's 64 rows need: causal, fewer than the tile's (whose last row
-      // is up to 128 further on); rows all past N (the last tile of a head), one (computed and not
-      // written: a wgmma under a branch would cost more, C7520). Visits before b0 are keys past
-      // every row of the warpgroup: it gives their slots back unread and lets its turn pass, so that
-      // the turns stay in order. At Br = 192 this is a third of the causal work at N = 1024.
-      const int needed = wg_row0 >= p.N ? 1 : p.causal ? min(blocks, (wg_row0 + 64 + kBc - 1) / kBc) : blocks;
+      // is up to 128 further on); rows all padding, one (computed and not written: a wgmma under a
+      // branch would cost more, C7520). Visits before b0 are keys past every row of the warpgroup:
+      // it gives their slots back unread and lets its turn pass, so that the turns stay in order.
+      const bool padding = wg_row0 + 64 <= 0 || wg_row0 >= p.N;
+      const int needed = padding ? 1 : p.causal ? min(blocks, (wg_row0 + 64 + kBc - 1) / kBc) : blocks;
       const int b0 = blocks - needed;
       float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
       float S[1][NT][4];

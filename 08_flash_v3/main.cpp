@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "../06_flash_v2/algorithm.hpp"
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
         const Reference ref(s, t, in.Q.data(), in.K.data(), in.V.data());
         const bool count = double(s.heads()) * N * double(N) * s.d <= count_limit;
         // The rungs that share a tiling make the same requests: one count (and its check) per tiling.
-        std::map<std::pair<int, int>, std::pair<course::IoCount, course::Comparison>> counted;
+        std::map<std::tuple<int, int, bool>, std::pair<course::IoCount, course::Comparison>> counted;
 
         for (const std::string& name : runs) {
           const V2Variant& v = variant(name);
@@ -141,7 +142,7 @@ int main(int argc, char** argv) {
           row.size = N;
           row.flops = s.flops();
           row.io_model_bytes = flash_v2_model_bytes(s, t, tiles);
-          const auto key = std::make_pair(tiles.Br, tiles.Bc);
+          const auto key = std::make_tuple(tiles.Br, tiles.Bc, tiles.from_end);
           if (count && !counted.count(key)) {
             bench.progress(problem, name + ": counting IO on the CPU");
             std::vector<float> O(s.elements(), NAN), L(std::size_t(s.heads()) * N, NAN);

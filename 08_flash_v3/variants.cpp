@@ -13,8 +13,10 @@ namespace attention {
 namespace {
 // Block sizes as the kernels are compiled (fa3_common.cuh: kBr, kBc).
 Tiles fa3_tiles(int) { return {128, 128}; }
-// Rung 6 and its ablations (fa3_6_tuned.cu): three consumer warpgroups at d = 64, Br = 192.
-Tiles tuned_tiles(int d) { return {d == 64 ? 192 : 128, 128}; }
+// Rung 6 and its ablations (fa3_6_tuned.cu): three consumer warpgroups at d = 64, Br = 192; causal
+// tiles laid from the last row back.
+Tiles tuned_tiles(int d) { return {d == 64 ? 192 : 128, 128, true}; }
+Tiles tuned_br128_tiles(int) { return {128, 128, true}; }
 }  // namespace
 
 const std::vector<V2Variant>& v3_variants() {
@@ -38,7 +40,7 @@ const std::vector<V2Variant>& v3_ablations() {
       {"tuned_poly", half, {64, 128}, tuned_tiles, COURSE_HOPPER(launch_fa3_tuned_poly)},
       {"tuned_2_stages", half, {64, 128}, tuned_tiles, COURSE_HOPPER(launch_fa3_tuned_2_stages)},
       // Rung 6 with two consumer warpgroups at d = 64 (Br = 128), as at d = 128.
-      {"tuned_br128", half, {64}, fa3_tiles, COURSE_HOPPER(launch_fa3_tuned_br128)},
+      {"tuned_br128", half, {64}, tuned_br128_tiles, COURSE_HOPPER(launch_fa3_tuned_br128)},
       {"overlap_no_ws", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_overlap_no_ws)},  // rung 5, no producer
       // Experiments on rung 6 (fa3_7_tile_overlap.cu): the next tile's first S under this tile's end.
       {"tile_overlap", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tile_overlap)},
