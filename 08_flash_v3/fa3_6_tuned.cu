@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         *pipe.tile_slot(n) = t < tiles ? t : -1;  // published by the arrive on q_full (release)
         if (t >= tiles) {
           hopper::mbarrier_arrive(pipe.q_full());
+          tiles_done(next_tile);
           break;
         }
         int i, h;
@@ -192,11 +193,12 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
 
 namespace {
 
-// The persistent rung's tile counter: one int of device memory for the process (not part of any
-// problem's memory), set to 0 before each launch.
+// The persistent rungs' tile counter: two ints of device memory for the process (not part of any
+// problem's memory), 0 from here on: each launch leaves them at 0 (tiles_done, fa3_common.cuh).
 int* tile_counter_once() {
   int* p = nullptr;
-  CUDA_CHECK(cudaMalloc(&p, sizeof(int)));
+  CUDA_CHECK(cudaMalloc(&p, 2 * sizeof(int)));
+  CUDA_CHECK(cudaMemset(p, 0, 2 * sizeof(int)));
   return p;
 }
 
@@ -228,8 +230,7 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     const unsigned persistent = fa3::persistent_grid(s, name, Br);  // checks the number of tiles too
     const unsigned grid = kPersistent ? persistent : unsigned((s.N + Br - 1) / Br) * unsigned(s.heads());
-    int* next_tile = fa3::tile_counter();
-    CUDA_CHECK(cudaMemsetAsync(next_tile, 0, sizeof(int)));
+    int* next_tile = fa3::tile_counter();  // 0: the last launch reset it
     kernel<<<grid, 128 * (kWG + 1), bytes>>>(m.Q, m.K, m.V, tc::params(Q, K, V, O, L, s.N, s.causal, C::D), s.heads(), next_tile);
     CUDA_CHECK_LAUNCH();
   });

@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(384, 1)
         *pipe.tile_slot(n) = t < tiles ? t : -1;  // published by the arrive on q_full (release)
         if (t >= tiles) {
           hopper::mbarrier_arrive(pipe.q_full(n));
+          tiles_done(next_tile);
           break;
         }
         int i, h;
@@ -172,8 +173,7 @@ void launch_tile_overlap(const char* name, const Shape& s, course::Dtype t, cons
     const auto kernel = fa3::flash_v3_tile_overlap<typename C::T, C::D, kStages, kWaitVFirst>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     const unsigned grid = fa3::persistent_grid(s, name);
-    int* next_tile = fa3::tile_counter();
-    CUDA_CHECK(cudaMemsetAsync(next_tile, 0, sizeof(int)));
+    int* next_tile = fa3::tile_counter();  // 0: the last launch reset it
     kernel<<<grid, 384, bytes>>>(m.Q, m.K, m.V, tc::params(Q, K, V, O, L, s.N, s.causal, C::D), s.heads(), next_tile);
     CUDA_CHECK_LAUNCH();
   });

@@ -170,6 +170,21 @@ struct Pipeline {
   }
 };
 
+// --- the persistent rungs' tile counter -----------------------------------------------------------------
+// counter[0]: tiles taken past the first wave (atomicAdd), counter[1]: blocks that ran out of tiles.
+// The last block to run out sets both back to 0 for the next launch, so that no memset runs between
+// launches (one GPU operation a call, as the peers). The fences order each block's last take before
+// its count, and the count before the reset (the "last block" pattern of CUDA's
+// threadFenceReduction sample). One thread a block (the producer), once.
+__device__ inline void tiles_done(int* counter) {
+  __threadfence();
+  if (atomicAdd(counter + 1, 1) == int(gridDim.x) - 1) {
+    __threadfence();
+    counter[0] = 0;
+    counter[1] = 0;
+  }
+}
+
 // --- rung 1's loads: cp.async into the swizzle128 layout ------------------------------------------
 // R rows of D 16-bit values from `src` (rows of D) into a tile at `smem`; rows >= `rows` are
 // zero-filled and not read. Consecutive threads take consecutive 16-byte chunks of a row.
@@ -340,7 +355,8 @@ namespace attention::fa3 {
 // (no link against libcuda). Throws on failure.
 CUtensorMap make_tensor_map(const void* base, bool bf16, int heads, int N, int d, int box_rows);
 
-// Rung 6's tile counter (fa3_6_tuned.cu): one int of device memory, allocated on first use.
+// The persistent rungs' tile counter (fa3_6_tuned.cu): two ints of device memory, allocated and set
+// to 0 on first use, then reset by the kernels themselves (tiles_done).
 int* tile_counter();
 
 // The grid of a persistent rung (6, 7): one block a SM, or fewer when there are fewer tiles (or

@@ -57,9 +57,9 @@ double tma_delivered_read_bytes(const Shape& s, course::Dtype t, Tiles tiles) {
 
 bool loads_with_tma(const std::string& variant) { return variant != "wgmma"; }
 
-double tile_counter_bytes(const Shape& s, Tiles tiles, const std::string& variant) {
+double tile_counter_bytes(const Shape& s, Tiles tiles, const std::string& variant, int blocks) {
   if (variant.rfind("tuned", 0) != 0 && variant.rfind("tile_overlap", 0) != 0) return 0.0;  // persistent ones
-  return 32.0 * query_blocks(s, tiles) * s.heads();
+  return 32.0 * (double(query_blocks(s, tiles)) * s.heads() + blocks);
 }
 
 const V2Variant& v3_variant(const std::string& name) {

@@ -26,9 +26,11 @@ const V2Variant& v3_variant(const std::string& name);  // either list; UsageErro
 double tma_delivered_read_bytes(const Shape& s, course::Dtype t, Tiles tiles);
 // Whether a rung loads with TMA (all but the first, which loads with cp.async).
 bool loads_with_tma(const std::string& variant);
-// The traffic of the persistent kernels' tile counter (rung 6, its ablations, tile_overlap): one atomicAdd a tile, a 32-byte sector
-// read and written in L2 each (0 for the other rungs).
-double tile_counter_bytes(const Shape& s, Tiles tiles, const std::string& variant);
+// The traffic of the persistent kernels' tile counter (rung 6, its ablations, tile_overlap) on a grid
+// of `blocks`: one atomicAdd a tile and one a block (the count of blocks done), a 32-byte sector
+// read and written in L2 each (0 for the other rungs). The last block's reset, two 4-byte stores,
+// is left out.
+double tile_counter_bytes(const Shape& s, Tiles tiles, const std::string& variant, int blocks);
 
 // Stage 06's last rung, run beside stage 08's on the same inputs: the yardstick of the same run.
 constexpr const char* kStage06Rung = "lazy_rescale";

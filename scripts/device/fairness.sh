@@ -248,7 +248,8 @@ if has ncu && in_time ncu; then
   python3 - "$csv" "$logs" <<'PY' | tee -a "$table"
 import csv, glob, os, re, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]))) if os.path.exists(sys.argv[1]) else []
-scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+# Nsight Compute 2025.3 writes "ns" (older versions "nsecond"): both, in ms.
+scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3, "ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 def durations(path):
     """Kernel name -> [ms] from an Nsight Compute CSV (--csv --log-file)."""
     lines = open(path, errors="replace").read().splitlines()
