@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
 namespace course {
 
@@ -15,8 +16,13 @@ std::string Comparison::summary() const {
   return text;
 }
 
-Comparison compare(const float* out, const double* ref, std::size_t n, double tolerance,
-                   std::size_t cols, const std::vector<std::size_t>* where, Scale scale) {
+namespace {
+
+// The one definition of an element's error and of max_rel_err, for an out of floats (a kernel's
+// result) or of doubles (a float64 computation such as attention computed plainly in fp16).
+template <class Out>
+Comparison compare_any(const Out* out, const double* ref, std::size_t n, double tolerance,
+                       std::size_t cols, const std::vector<std::size_t>* where, Scale scale) {
   Comparison result;
   result.tolerance = tolerance;
   result.scale = scale;
@@ -65,17 +71,18 @@ Comparison compare(const float* out, const double* ref, std::size_t n, double to
   return result;
 }
 
+}  // namespace
+
+Comparison compare(const float* out, const double* ref, std::size_t n, double tolerance,
+                   std::size_t cols, const std::vector<std::size_t>* where, Scale scale) {
+  return compare_any(out, ref, n, tolerance, cols, where, scale);
+}
+
 double max_rel_error(const std::vector<double>& out, const std::vector<double>& ref, Scale scale) {
-  double squares = 0.0;
-  for (double r : ref) squares += r * r;
-  const double rms = ref.empty() ? 0.0 : std::sqrt(squares / double(ref.size()));
-  double worst = 0.0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double by = scale == Scale::rms ? rms : std::max(std::abs(ref[i]), rms);
-    const double e = std::abs(out[i] - ref[i]) / (by > 0 ? by : 1.0);
-    worst = std::isfinite(out[i]) ? std::max(worst, e) : INFINITY;
-  }
-  return worst;
+  if (out.size() != ref.size())
+    throw std::invalid_argument("max_rel_error: " + std::to_string(out.size()) + " results for " +
+                                std::to_string(ref.size()) + " reference values");
+  return compare_any(out.data(), ref.data(), ref.size(), INFINITY, 0, nullptr, scale).max_rel_err;
 }
 
 double fp32_sum_tolerance(std::size_t terms) {

@@ -34,8 +34,12 @@ Comparison compare(const float* out, const double* ref, std::size_t n, double to
                    std::size_t cols = 0, const std::vector<std::size_t>* where = nullptr,
                    Scale scale = Scale::element);
 
-// The same error measure over whole arrays of doubles, max over i (NaN or inf in `out`: infinite):
-// used where a result is itself a float64 computation, e.g. "attention computed plainly in fp16".
+// compare()'s max_rel_err for a result held in doubles, by the same code (one definition: the rms
+// over the finite reference elements, NaN or inf in `out` an infinite error where the reference is
+// finite, a NaN reference wants a NaN and an inf reference the same inf). Used where a result is
+// itself a float64 computation, e.g. "attention computed plainly in fp16", whose error sets a
+// kernel's tolerance: the two must be the same measure. out and ref of one size, else
+// std::invalid_argument.
 double max_rel_error(const std::vector<double>& out, const std::vector<double>& ref,
                      Scale scale = Scale::element);
 

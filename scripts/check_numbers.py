@@ -4,8 +4,9 @@
     python3 scripts/check_numbers.py [--root REPO]
 
 Every table in README.md and docs/*.md whose numbers come from docs/results/h100/results.csv (or
-another committed data file there: standard_breakdown.csv, ncu_06_ladder.csv, ragged.csv) has a
-marker on a line of its own above it (blank lines may stand between them):
+another committed data file there: standard_breakdown.csv, ncu_06_ladder.csv, ragged.csv,
+stage06/rung4_steps_1round.csv) has a marker on a line of its own above it (blank lines may stand
+between them):
 
     <!-- numbers: readme-flash-v2 -->
 
@@ -554,6 +555,69 @@ def _(row, D, F):
             x /= unit
         out[col] = [x, None] if "spill" in row[col] else x
     return out
+
+
+# stage 06: rung 4 in steps, one round (stage06/rung4_steps_1round.csv: fp16, N = 1024 and 16384)
+RUNG4_STEPS = ["cp_async", "exp2", "one_barrier", "skip_mask", "heaviest_first", "tuned"]
+RUNG4_CELLS = [(d, c, N) for d in (64, 128) for c in (0, 1) for N in (1024, 16384)]
+
+
+def rung4_row(F, variant, d, causal, N):
+    """The one round's row of a step in one cell (B·N = 16384 tokens, H = 2048/d)."""
+    want = {"B": str(16384 // N), "H": str(2048 // d), "N": str(N), "d": str(d), "causal": str(causal)}
+    found = [r for r in F["rung4_steps"] if r["variant"] == variant
+             and all(dict(x.split("=", 1) for x in r["shape"].split()).get(k) == v for k, v in want.items())]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} rows for {variant} {want} in rung4_steps_1round.csv")
+    r = found[0]
+    if r["dtype"] != "fp16" or r["device"] != "NVIDIA H100 80GB HBM3" or r["round"] != "1":
+        raise ValueError(f"rung4_steps_1round.csv: {variant} {want}: {r['dtype']}, {r['device']}, round {r['round']}")
+    return r
+
+
+def rung4_ms(F, variant, d, causal, N):
+    """The median time of a step's timed calls in one cell, ms."""
+    return float(rung4_row(F, variant, d, causal, N)["ms"])
+
+
+def rung4_gain(F, step, d, causal, N):
+    """What a step bought: the step before's time over the step's own (above 1: faster)."""
+    before = RUNG4_STEPS[RUNG4_STEPS.index(step) - 1]
+    return rung4_ms(F, before, d, causal, N) / rung4_ms(F, step, d, causal, N)
+
+
+RUNG4_COLUMNS = {"4a exp2": "exp2", "4b one_barrier": "one_barrier", "4c skip_mask": "skip_mask",
+                 "4d heaviest_first": "heaviest_first", "4e tuned": "tuned"}
+
+
+@spec("ch06-rung4-steps", "docs/06_flash_v2.md")
+def _(row, D, F):
+    d, N, c = row.num("d"), row.num("N"), 1 if row["causal"] == "yes" else 0
+    out = {col: rung4_gain(F, step, d, c, N) for col, step in RUNG4_COLUMNS.items()}
+    out["3 cp_async, ms"] = rung4_ms(F, "cp_async", d, c, N)
+    out["4e tuned, ms"] = rung4_ms(F, "tuned", d, c, N)
+    out["3 → 4e"] = rung4_ms(F, "cp_async", d, c, N) / rung4_ms(F, "tuned", d, c, N)
+    return out
+
+
+def rung4_range(F, step, cells):
+    gains = [rung4_gain(F, step, *cell) for cell in cells]
+    return [min(gains), max(gains)]
+
+
+@spec("ch06-rung4-predicted", "docs/06_flash_v2.md")
+def _(row, D, F):
+    # The last column: each step's range over the cells, "d = 64: lo–hi×; d = 128: lo–hi×"; 4d apart.
+    step = RUNG4_COLUMNS.get(row.cells[0])
+    column = "measured, one round: the step before's time / this step's"
+    if step is None:
+        return {column: NoNumber()}
+    if step == "heaviest_first":  # not causal; causal; the one causal cell that moved
+        causal = rung4_range(F, step, [(d, 1, N) for d, c, N in RUNG4_CELLS if c])
+        return {column: rung4_range(F, step, [(d, 0, N) for d, c, N in RUNG4_CELLS if not c]) + causal
+                + [rung4_gain(F, step, 128, 1, 16384), None, None]}
+    return {column: [None] + rung4_range(F, step, [x for x in RUNG4_CELLS if x[0] == 64])
+            + [None] + rung4_range(F, step, [x for x in RUNG4_CELLS if x[0] == 128])}
 
 
 # stage 07: the backward pass
@@ -1139,6 +1203,95 @@ def _(D, F):
             p("tuned"), p("lazy_rescale"), p("pytorch_flash (FA-2)")]
 
 
+
+# Chapter 06, rung 4 in steps: the sentences around the table, from the same one round.
+def rung4_all(F, step, where=lambda d, c, N: True):
+    return rung4_range(F, step, [x for x in RUNG4_CELLS if where(*x)])
+
+
+def rung4_spread(F, where):
+    """The largest (slowest − fastest timed call) / median of any step in the cells chosen, in %."""
+    spreads = []
+    for d, c, N in RUNG4_CELLS:
+        if where(d, c, N):
+            for v in RUNG4_STEPS:
+                r = rung4_row(F, v, d, c, N)
+                spreads.append(100 * (float(r["ms_max"]) - float(r["ms_min"])) / float(r["ms"]))
+    return max(spreads)
+
+
+@prose(CH06, r"the fastest and slowest timed calls of a kernel lie within ([\d.]+) % of each other in every cell but d = 64, N = 16384, where they spread by up to ([\d.]+) %")
+def _(D, F):
+    return [rung4_spread(F, lambda d, c, N: not (d == 64 and N == 16384)), rung4_spread(F, lambda d, c, N: d == 64 and N == 16384)]
+
+
+@prose(CH06, r"\*\*4a exp2\*\* bought (\d+)–(\d+) % in every cell")
+def _(D, F):
+    return [100 * (g - 1) for g in rung4_all(F, "exp2")]
+
+
+@prose(CH06, r"\*\*4b one_barrier\*\* is a few percent faster at d = 64 and (\d+)–(\d+) % \*slower\* at d = 128")
+def _(D, F):
+    lo, hi = rung4_all(F, "one_barrier", lambda d, c, N: d == 64)
+    if lo <= 1:
+        raise ValueError("4b is not faster in every d = 64 cell")
+    lo, hi = rung4_all(F, "one_barrier", lambda d, c, N: d == 128)
+    return [100 * (1 / hi - 1), 100 * (1 / lo - 1)]
+
+
+@prose(CH06, r"4a → 4c, the two steps bought about the same at both d \(([\d.]+)–([\d.]+)× at d = 64, ([\d.]+)–([\d.]+)× at d = 128\)")
+def _(D, F):
+    out = []
+    for dd in (64, 128):
+        g = [rung4_ms(F, "exp2", d, c, N) / rung4_ms(F, "skip_mask", d, c, N) for d, c, N in RUNG4_CELLS if d == dd]
+        out += [min(g), max(g)]
+    return out
+
+
+@prose(CH06, r"the fourth, d = 128, N = 16384, gained (\d+) %\. That cell has the fewest blocks in the grid \(([\d,]+), as many as d = 128, N = 1024\) and by far the longest rows \(up to (\d+) key blocks against (\d+)\)")
+def _(D, F):
+    others = [rung4_gain(F, "heaviest_first", d, c, N) for d, c, N in RUNG4_CELLS if c and (d, N) != (128, 16384)]
+    if max(abs(g - 1) for g in others) > 0.015:
+        raise ValueError(f"4d moved in another causal cell: {others}")
+    blocks = lambda d, N: (16384 // N) * (2048 // d) * (N // 64)  # noqa: E731  (B·H query blocks of 64)
+    if min(blocks(d, N) for d, c, N in RUNG4_CELLS) != blocks(128, 16384) or blocks(128, 1024) != blocks(128, 16384):
+        raise ValueError("the grid's block counts differ from the sentence")
+    return [100 * (rung4_gain(F, "heaviest_first", 128, 1, 16384) - 1), blocks(128, 16384), 16384 // 64, 1024 // 64]
+
+
+@prose(CH06, r"\*\*4e tuned\*\* \(32 rows a warp\) is the largest step at d = 128 in every cell \(([\d.]+)–([\d.]+)×\)\. At d = 64 it is not: ([\d.]+)× and ([\d.]+)× at N = 1024, less than 4a's there")
+def _(D, F):
+    for d, c, N in RUNG4_CELLS:
+        gains = {v: rung4_gain(F, v, d, c, N) for v in RUNG4_STEPS[1:]}
+        if d == 128 and max(gains, key=gains.get) != "tuned":
+            raise ValueError(f"4e is not the largest step at d = 128, causal {c}, N = {N}")
+        if d == 64 and N == 1024 and gains["tuned"] >= gains["exp2"]:
+            raise ValueError(f"4e is not below 4a at d = 64, causal {c}, N = 1024")
+    return rung4_all(F, "tuned", lambda d, c, N: d == 128) + [rung4_gain(F, "tuned", 64, c, 1024) for c in (1, 0)]
+
+
+@prose(CH06, r"Rung 3 to rung 4 in all: ([\d.]+)–([\d.]+)× at d = 64 \(the rung log's 1\.43× at N = 4096 came from another run\) and ([\d.]+)–([\d.]+)× at d = 128")
+def _(D, F):
+    out = []
+    for dd in (64, 128):
+        g = [rung4_ms(F, "cp_async", d, c, N) / rung4_ms(F, "tuned", d, c, N) for d, c, N in RUNG4_CELLS if d == dd]
+        out += [min(g), max(g)]
+    return out
+
+
+@prose(CH06, r"one round, fp16, N = 1024 and 16384, the step before's time / the step's: 4a ([\d.]+)–([\d.]+)×; 4b ([\d.]+)–([\d.]+)× at d = 64 but ([\d.]+)–([\d.]+)× at d = 128; 4c ([\d.]+)–([\d.]+)×; 4d ([\d.]+)–([\d.]+)× except ([\d.]+)× at d = 128 causal, N = 16384; 4e ([\d.]+)–([\d.]+)×, the largest step at d = 128 only; 3 → 4e ([\d.]+)–([\d.]+)×")
+def _(D, F):
+    total = [rung4_ms(F, "cp_async", *x) / rung4_ms(F, "tuned", *x) for x in RUNG4_CELLS]
+    return (rung4_all(F, "exp2") + rung4_all(F, "one_barrier", lambda d, c, N: d == 64)
+            + rung4_all(F, "one_barrier", lambda d, c, N: d == 128) + rung4_all(F, "skip_mask")
+            + rung4_all(F, "heaviest_first", lambda d, c, N: (d, c, N) != (128, 1, 16384))
+            + [rung4_gain(F, "heaviest_first", 128, 1, 16384)] + rung4_all(F, "tuned") + [min(total), max(total)])
+
+
+@prose(CH06, r"in one round \(\[Rung 4, step by step\]\(#rung-4-step-by-step\)\) 4e was ([\d.]+)–([\d.]+)× faster at d = 64 and ([\d.]+)–([\d.]+)× at d = 128")
+def _(D, F):
+    return rung4_all(F, "tuned", lambda d, c, N: d == 64) + rung4_all(F, "tuned", lambda d, c, N: d == 128)
+
 # --- running the checks --------------------------------------------------------------------------
 
 def run(root):
@@ -1147,6 +1300,7 @@ def run(root):
         "standard_breakdown": read_simple_csv(os.path.join(root, "docs/results/h100/standard_breakdown.csv")),
         "ncu_06_ladder": read_simple_csv(os.path.join(root, "docs/results/h100/ncu_06_ladder.csv")),
         "ragged": read_simple_csv(os.path.join(root, "docs/results/h100/ragged.csv")),
+        "rung4_steps": read_simple_csv(os.path.join(root, "docs/results/h100/stage06/rung4_steps_1round.csv")),
     }
     failures, cells = [], 0
     by_file = {}

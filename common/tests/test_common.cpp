@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <fstream>
 #include <numeric>
+#include <stdexcept>
+#include <vector>
 
 #if COURSE_HAS_CUDA
 #include <cuda_runtime_api.h>
@@ -65,6 +67,30 @@ TEST_CASE("compare, Scale::rms: every error in units of the rms (max |out - ref|
   CHECK(max_rel_error(out64, ref) == doctest::Approx(0.01).epsilon(1e-4));
   out[2] = std::nanf("");
   CHECK_FALSE(compare(out.data(), ref.data(), 4, 1.0, 0, nullptr, Scale::rms).ok());
+}
+
+TEST_CASE("max_rel_error is compare's max_rel_err, for results in doubles: NaN, inf and the rms alike") {
+  // One reference with a NaN and an inf: the rms is over the finite elements only (3 and 4: 3.54).
+  const std::vector<double> ref = {3.0, -4.0, NAN, INFINITY};
+  const auto both = [&](std::vector<float> out, Scale scale) {
+    const std::vector<double> out64(out.begin(), out.end());
+    const double by_compare = compare(out.data(), ref.data(), ref.size(), 1.0, 0, nullptr, scale).max_rel_err;
+    CHECK(max_rel_error(out64, ref, scale) == by_compare);
+    return by_compare;
+  };
+  for (Scale scale : {Scale::element, Scale::rms}) {
+    CAPTURE(int(scale));
+    CHECK(both({3.0f, -4.0f, std::nanf(""), INFINITY}, scale) == 0.0);         // NaN for NaN, inf for inf
+    CHECK(both({3.0f, -4.0f, 1.0f, INFINITY}, scale) == INFINITY);             // a NaN reference wants a NaN
+    CHECK(both({3.0f, -4.0f, std::nanf(""), 1e30f}, scale) == INFINITY);       // an inf reference wants inf
+    CHECK(both({3.0f, -4.0f, std::nanf(""), -INFINITY}, scale) == INFINITY);
+    CHECK(both({3.0f, std::nanf(""), std::nanf(""), INFINITY}, scale) == INFINITY);  // NaN never passes
+  }
+  const double rms = std::sqrt(12.5);
+  CHECK(both({3.0f, -4.5f, std::nanf(""), INFINITY}, Scale::rms) == doctest::Approx(0.5 / rms));
+  CHECK(both({3.0f, -4.5f, std::nanf(""), INFINITY}, Scale::element) == doctest::Approx(0.5 / 4.0));
+  CHECK(both({3.25f, -4.0f, std::nanf(""), INFINITY}, Scale::element) == doctest::Approx(0.25 / rms));  // 3 < rms
+  CHECK_THROWS_AS(max_rel_error({1.0}, {1.0, 2.0}), std::invalid_argument);
 }
 
 TEST_CASE("compare: an empty comparison is not a pass") {
