@@ -59,6 +59,10 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   constexpr int NT = kBc / 8, DT = D / 8, Br = 64 * kWG;
   extern __shared__ uint8_t smem_raw[];
   const Pipeline<D, kStages, true, 1, Br> pipe{align1024(smem_raw)};
+  // The warp's number and (below) the tile's, broadcast from lane 0: ptxas then knows them equal in
+  // every lane and keeps what is computed from them (rows, block counts, descriptors) in the warp's
+  // uniform registers. Without that the consumers need more than the 160 registers they have at
+  // kWG = 3 (ptxas spilled 60 bytes a thread).
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
   // The tiles: t = h·Tr + x, query block i = x (causal: Tr − 1 − x): rung 5's grid order, a head's
   // tiles together (for L2) and, causal, a head's heaviest first. Block b starts with tile b and

@@ -4,9 +4,9 @@
 // epilogue (tc_common.cuh). Each rung's own file (fa3_1_wgmma.cu ... fa3_6_tuned.cu) is the loop
 // that strings these together; the differences between those files are the lessons.
 //
-// Work split (every rung): a thread block takes Br = 128 query rows of one head; each of its two
-// compute warpgroups owns 64 of them (warp w of a warpgroup: 16 rows, as a warp of stage 06 with
-// MT = 1). Keys come in blocks of Bc = 128. A compute thread holds, as in stage 06:
+// Work split: a thread block takes Br = 128 query rows of one head (rung 6 at d = 64: 192); each of
+// its two (three) compute warpgroups owns 64 of them (warp w of a warpgroup: 16 rows, as a warp of
+// stage 06 with MT = 1). Keys come in blocks of Bc = 128. A compute thread holds, as in stage 06:
 //   S[1][Bc/8][4]  its 2 rows × 2·Bc/8 columns of S = Q·Kᵀ (64 floats)
 //   o[1][D/8][4]   its 2 rows of O, unnormalised, fp32 (32 or 64 floats)
 //   P[1][Bc/16][4] P̃ packed to 16 bits as P·V's A operand (32 registers)
@@ -100,9 +100,9 @@ struct Pipeline {
   __device__ uint64_t* v_empty(int it) const { return bar(2 * kQSlots + 3 * kStages + it % kStages); }
   __device__ static int phase(int it) { return (it / kStages) & 1; }
   __device__ static int q_phase(int n) { return (n / kQSlots) & 1; }
-  // Rungs 6, 7: the tile the producer loads as its n-th, for the consumers (−1: no more), in slot
-  // n % 2. The producer writes slot n % 2 again for tile n + 2 only after tile n's Q was given back,
-  // which the consumers do after they read it.
+  // Rung 6 and tile_overlap: the tile the producer loads as its n-th, for the consumers (−1: no
+  // more), in slot n % 2. The producer writes slot n % 2 again for tile n + 2 only after tile n's Q
+  // was given back, which the consumers do after they read it.
   __device__ volatile int* tile_slot(int n) const {
     return reinterpret_cast<volatile int*>(bar(2 * kQSlots + 4 * kStages)) + (n & 1);
   }
@@ -132,10 +132,11 @@ struct Pipeline {
     }
     hopper::fence_barrier_init();
   }
-  // The producer (one thread): Q of query block `row0 / Br` of head h, then K and V of its `blocks`
-  // key blocks in the consumers' order, as fast as slots free up. Loads are numbered on from `it`
-  // (rungs 6, 7 run several tiles through one ring; n: the tile's number); returns the next load's
-  // number. Rungs 6, 7 first wait for Q's slot (wait_q_empty) before they load another tile's Q.
+  // The producer (one thread): Q's Br rows from `row0` of head h (rows before 0 or from N on arrive
+  // as zeros), then K and V of its `blocks` key blocks in the consumers' order, as fast as slots
+  // free up. Loads are numbered on from `it` (rung 6 and tile_overlap run several tiles through one
+  // ring; n: the tile's number); returns the next load's number. Those two first wait for Q's slot
+  // (wait_q_empty) before they load another tile's Q.
   __device__ int produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapV, int row0, int h,
                          int blocks, int it = 0, int n = 0) const {
     hopper::mbarrier_arrive_expect_tx(q_full(n), Br * D * 2);

@@ -114,7 +114,7 @@ TEST_CASE("large logits (Q times 30), outlier channels in K, and N = 4097 with m
 TEST_CASE("the persistent rungs with few blocks: each block takes many tiles, one after another") {
   // At the sizes above most blocks of a persistent rung get one tile (there are more SMs than
   // tiles); here 1 or 3 blocks take all of them, so every hand-over between tiles is exercised: the
-  // ring's phases across tiles, Q's slots, the tile counter, rung 7's S of the next tile.
+  // ring's phases across tiles, Q's slots, the tile counter, tile_overlap's S of the next tile.
   struct Cap {
     explicit Cap(int blocks) { fa3_set_grid_cap(blocks); }
     ~Cap() { fa3_set_grid_cap(0); }
