@@ -171,6 +171,55 @@ struct Pipeline {
   }
 };
 
+// --- rung 6's epilogue: O written out by the copy engine -------------------------------------------
+// Stage 06's epilogue (tc::write_output) for one warp's 16 rows, up to the staging: O = o / l into
+// `stage`, L = scale·m + log l. Then, instead of 32 lanes copying the staging out in 16-byte pieces
+// (D / 8 loads from shared memory and as many stores to global memory a lane, each store waiting
+// for its load), lane 0 hands the staging to the copy engine, one TMA store a 64-column block, and
+// the warp goes on to the next tile. The copy engine leaves out rows from N on itself. A box that
+// starts before row 0 it does not take: the store faults (cudaErrorIllegalInstruction, measured),
+// where a load from there fills zeros. So a warp whose rows start before 0 (causal tiles laid from
+// the end) copies its rows out itself, as stage 06 does: one tile a head, at most. The
+// staging is in the layout mapO's boxes (64 columns × 16 rows, the 128-byte swizzle) describe:
+// swizzle128, 1024-byte aligned, where stage 06's has rows of D values. Before the warp writes
+// its staging again (the next tile), the previous store must have read it: wait_group.read.
+template <class T, int D>
+__device__ void write_output_tma(const float (&o)[1][D / 8][4], const float (&m)[1][2], float (&l)[1][2],
+                                 uint16_t* stage, const CUtensorMap* mapO, const Params& p, int h, int row0) {
+  const int lane = tc::lane_id(), g = lane / 4, t = lane % 4;
+  if (lane == 0) hopper::bulk_wait_read<0>();
+  __syncwarp();
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {  // rows g and g + 8
+    l[0][hh] = tc::quad_sum(l[0][hh]);
+    const float inv = 1.0f / l[0][hh];
+    const int r = g + 8 * hh;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+      *reinterpret_cast<uint32_t*>(stage + hopper::swizzle128<16>(r, d) + 2 * t) =
+          ptx::pack<T>(o[0][d][2 * hh] * inv, o[0][d][2 * hh + 1] * inv);
+    if (t == 0 && unsigned(row0 + r) < unsigned(p.N)) p.L[size_t(h) * p.N + row0 + r] = p.scale * m[0][hh] + logf(l[0][hh]);
+  }
+  hopper::fence_proxy_async();  // the staging's ordinary stores, before the copy engine reads it
+  __syncwarp();
+  if (row0 >= 0) {
+    if (lane == 0) {
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b) hopper::tma_store_3d(mapO, stage + b * 16 * 64, 64 * b, row0, h);
+      hopper::bulk_commit();
+    }
+  } else {  // a head's first causal tile laid from the end: the lanes copy the rows from 0 on (see above)
+    constexpr int kChunks = D / 8;
+#pragma unroll
+    for (int f = lane; f < 16 * kChunks; f += 32) {
+      const int r = f / kChunks, c = f % kChunks;
+      if (row0 + r >= 0 && row0 + r < p.N)
+        __stcg(reinterpret_cast<uint4*>(p.O + (size_t(h) * p.N + row0 + r) * D) + c,
+               *reinterpret_cast<const uint4*>(stage + hopper::swizzle128<16>(r, c)));
+    }
+  }
+}
+
 // --- the persistent rungs' tile counter -----------------------------------------------------------------
 // counter[0]: tiles taken past the first wave (atomicAdd), counter[1]: blocks that ran out of tiles.
 // The last block to run out sets both back to 0 for the next launch, so that no memset runs between

@@ -204,6 +204,29 @@ __device__ inline void tma_load_3d(void* smem_dst, const CUtensorMap* map, uint6
       : "memory");
 }
 
+// The other direction (PTX ISA, the same section, and "cp.async.bulk.commit_group /
+// cp.async.bulk.wait_group"): the copy engine reads a box from shared memory and writes it to the
+// tensor; the parts of the box outside the tensor (rows before 0 or from N on) are not written.
+// No mbarrier: the stores a thread issued are closed into a "bulk group" by commit, and the thread
+// waits on its own groups. wait_group.read<n> returns once at most n groups still have to *read*
+// shared memory (the source may be written again); wait_group<n> once their writes are done too.
+// The source was written by ordinary stores: every writer runs fence_proxy_async (below) before
+// the barrier after which one thread issues the copy.
+__device__ inline void tma_store_3d(const CUtensorMap* map, const void* smem_src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
+               "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(smem_src))
+               : "memory");
+}
+__device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int n>
+__device__ inline void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(n) : "memory");
+}
+template <int n>
+__device__ inline void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(n) : "memory");
+}
+
 // --- named barriers ------------------------------------------------------------------------------------
 // PTX ISA, "bar.sync / bar.arrive": barrier `id` (1..15; 0 is __syncthreads) completes when
 // `threads` threads (a multiple of 32) have reached it; sync waits for that, arrive does not.

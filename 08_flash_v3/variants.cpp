@@ -41,6 +41,8 @@ const std::vector<V2Variant>& v3_ablations() {
       {"tuned_2_stages", half, {64, 128}, tuned_tiles, COURSE_HOPPER(launch_fa3_tuned_2_stages)},
       // Rung 6 with two consumer warpgroups at d = 64 (Br = 128), as at d = 128.
       {"tuned_br128", half, {64}, tuned_br128_tiles, COURSE_HOPPER(launch_fa3_tuned_br128)},
+      // Rung 6 with stage 06's epilogue: the lanes copy O out of the staging (tc::write_output).
+      {"tuned_no_tma_store", half, {64, 128}, tuned_tiles, COURSE_HOPPER(launch_fa3_tuned_no_tma_store)},
       {"overlap_no_ws", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_overlap_no_ws)},  // rung 5, no producer
       // Experiments on rung 6 (fa3_7_tile_overlap.cu): the next tile's first S under this tile's end.
       {"tile_overlap", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tile_overlap)},
