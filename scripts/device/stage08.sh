@@ -112,7 +112,7 @@ if has bench; then
       >>"$OUT/bench.log" 2>&1 || note "peers: rc=$?"
   done
   if [ -n "${ABLATION:-}" ]; then  # two rounds, the variants in opposite orders (--variants' order)
-    list=${ABLATION_VARIANTS:-overlap,overlap_no_ws,tuned,tuned_not_persistent,tuned_lazy,tuned_poly,tuned_2_stages,tile_overlap,tile_overlap_wait_v_first}
+    list=${ABLATION_VARIANTS:-overlap,overlap_no_ws,tuned,tuned_not_persistent,tuned_lazy,tuned_poly,tuned_2_stages,tuned_br128,tuned_no_tma_store,tile_overlap,tile_overlap_wait_v_first}
     reversed=$(echo "$list" | tr ',' '\n' | tac | paste -sd,)
     for order in "$list" "$reversed"; do
       for d in 64 128; do
