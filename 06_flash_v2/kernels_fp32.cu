@@ -21,7 +21,8 @@
 // are 8 neighbouring lanes, so its max is 3 shuffles. S = Q·Kᵀ is a register-blocked product (4 × 8
 // per thread) over Qᵀ and K in shared memory; P̃ goes through shared memory (transposed, as Pᵀ) to
 // the threads that own its row of O, which is the same thread layout, so m and l need no sharing.
-// Scores are exponentiated as 2^(S·c − m·c), c = scale·log₂e: one FFMA and one MUFU.EX2.
+// Scores are exponentiated as 2^(S·c − m·c), c = scale·log₂e: one FFMA and one MUFU.EX2; o and l
+// are rescaled by the ratio of the rounded shifts m·c, exactly 1 while a row's max stays.
 // Shared memory (floats): Qᵀ [d][Br + 4], K [Bc][d + 4], V [Bc][d], Pᵀ [Bc][Br + 4]: 101 KB at
 // d = 64, so two blocks share an SM and each hides the other's loads.
 #include <cuda_runtime.h>
@@ -138,8 +139,17 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1) flash_v2_fp32(const floa
       for (int b = 0; b < 8; ++b) mx = fmaxf(mx, S[a][b]);
 #pragma unroll
       for (int lane_mask = 1; lane_mask < 8; lane_mask *= 2) mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, lane_mask));
-      const float shift = mx == -INFINITY ? 0.0f : mx * c;  // a row with nothing visible yet
-      const float alpha = ptx::exp2_approx(m[a] * c - shift);
+      // P̃ is taken against shift = round(m_new·c), and o and l are rescaled by the ratio of the old
+      // and new shifts, 2^(round(m·c) − round(m_new·c)): exactly 2^0 = 1 while the row's max stays.
+      // Both products rounded (__fmul_rn is never fused): written m·c − shift, ptxas fused it (the
+      // H100's results match that arithmetic) into FFMA(m, c, −shift) = m·c − round(m·c), the
+      // product's rounding error e (|e| <= 2^-24·|m·c|),
+      // so alpha = 2^e and l and o took that factor again at every key block after the max: L off
+      // by up to (blocks after the max)·|e|·ln 2. With Q × 30 at N = 700 (|m·c| ≈ 230, 10 blocks)
+      // that was 6e-5, as much as L's other errors together, and stage 07's fp32 dK failed its
+      // tolerance on the H100 (07_backward/test_cpu.cpp, "the fp32 kernels' arithmetic").
+      const float shift = mx == -INFINITY ? 0.0f : __fmul_rn(mx, c);  // a row with nothing visible yet: 0
+      const float alpha = ptx::exp2_approx(__fmul_rn(m[a], c) - shift);  // m = −∞: 2^−∞ = 0
       m[a] = mx;
       l[a] *= alpha;
 #pragma unroll
