@@ -31,7 +31,9 @@
 # the stage 08 lines and a line per stage and peer are printed last), gpu.txt, logs.tgz (the
 # programs' and the peers' logs, the build log, Nsight Compute's CSVs).
 # Usage there: OUT=/dir scripts/device/fairness.sh   (Eigen/doctest/CLI11 in .deps/, PyTorch with CUDA
-# and its Triton in python3). ROUNDS, REPS (default 20), STEPS, DTYPES08, DEADLINE change the defaults.
+# and its Triton in python3). ROUNDS, REPS (default 20), STEPS, DTYPES08, D08 and SEQ08 (stage 08's d's and
+# N's), DEADLINE change the defaults; CLOCKS=1 samples the SM clock, power and throttle reasons every
+# 100 ms into clocks.csv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -41,6 +43,7 @@ STEPS=",${STEPS:-build,s08,s06,s07,ncu},"
 ROUNDS=${ROUNDS:-5}
 REPS=${REPS:-20}
 DTYPES08=${DTYPES08:-fp16}
+D08=${D08:-64,128}
 DEADLINE=${DEADLINE:-500}
 LIMIT=${LIMIT:-570}
 export COURSE_NO_APT=1 PYTHONUNBUFFERED=1 PEER_TURN_TIMEOUT=${PEER_TURN_TIMEOUT:-120}
@@ -69,6 +72,11 @@ pack() { tar czf "$OUT/logs.tgz" -C "$logs" --exclude '*.pipes' . 2>/dev/null; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   | tee "$OUT/gpu.txt"
+if [ "${CLOCKS:-0}" = 1 ]; then  # the GPU's SM clock, power and throttle reasons every 100 ms, for the whole call
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv \
+    -lms 100 >"$OUT/clocks.csv" 2>/dev/null &
+  trap 'kill $! 2>/dev/null' EXIT
+fi
 peers=1
 if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
   peers=0
@@ -153,9 +161,9 @@ if has s08 && in_time s08; then
   echo "=== stage 08, forward ($(date +%T))"
   t0=$SECONDS
   start_peers s08 --backends flash,cudnn
-  for d in 64 128; do
+  for d in ${D08//,/ }; do
     for causal in "" "--causal"; do
-      ours s08 08_flash_v3 --tokens 16384 --heads $((2048 / d)) --seq "$ladder_seq" --d "$d" $causal \
+      ours s08 08_flash_v3 --tokens 16384 --heads $((2048 / d)) --seq "${SEQ08:-$ladder_seq}" --d "$d" $causal \
         --dtype "$DTYPES08" --variants tuned
     done
   done
