@@ -1143,6 +1143,34 @@ def _(D, F):
             Bytes(w.dram), Bytes(s_.dram), Bytes(w.peak_mem_bytes), Bytes(s_.peak_mem_bytes)]
 
 
+# stage 08: FlashAttention-3 on Hopper
+@spec("readme-flash-v3", "README.md")
+def _(row, D, F):
+    d, N = row.num("d"), row.num("N")
+    g = lambda v: grid(D, "08_flash_v3", v, "fp16", d, N)  # noqa: E731
+    tuned, cudnn = g("tuned"), g("pytorch_cudnn")
+    columns = {"stage 06": "06_lazy_rescale", "1 wgmma": "wgmma", "2 tma": "tma", "3 warp_specialized": "warp_specialized",
+               "4 pingpong": "pingpong", "5 overlap": "overlap", "6 tuned": "tuned", "FA-2 (SDPA flash)": "pytorch_flash",
+               "cuDNN": "pytorch_cudnn"}
+    out = {col: g(v).tflops for col, v in columns.items()}
+    # kernel times (CUPTI for ours, torch.profiler for the peers): the peer's over ours
+    out["tuned / cuDNN, kernel times"] = float(cudnn.fields["kernel_ms"]) / float(tuned.fields["kernel_ms"])
+    out["SM↔L2, tuned: model / measured"] = [Bytes(tuned.io_model_bytes), Bytes(tuned.l2)]
+    out["DRAM"] = Bytes(tuned.dram)
+    return out
+
+
+@spec("ch08-ladder", "docs/08_flash_v3.md")
+def _(row, D, F):
+    d, N, c, t = row.num("d"), row.num("N"), 1 if row["causal"] == "yes" else 0, row["dtype"]
+    g = lambda v: grid(D, "08_flash_v3", v, t, d, N, c)  # noqa: E731
+    tuned, fa2, cudnn = g("tuned"), g("pytorch_flash"), g("pytorch_cudnn")
+    kernel = lambda r: float(r.fields["kernel_ms"])  # noqa: E731
+    return {"stage 06": g("06_lazy_rescale").tflops, "rung 5": g("overlap").tflops, "tuned": tuned.tflops,
+            "FA-2": fa2.tflops, "cuDNN": cudnn.tflops, "tuned / cuDNN, events": tuned.tflops / cudnn.tflops,
+            "tuned / cuDNN, kernels": kernel(cudnn) / kernel(tuned), "tuned / FA-2, kernels": kernel(fa2) / kernel(tuned)}
+
+
 README = "README.md"
 
 
