@@ -1,8 +1,9 @@
 // What the rungs of stage 08 share: the tile sizes, the shared-memory layout the tensor cores read
 // (hopper::swizzle128), the two products as sequences of wgmma's, the tensor maps, and the pieces
 // of stage 06 they reuse unchanged: the mask, the online softmax on the accumulators, the
-// epilogue (tc_common.cuh). Each rung's own file (fa3_1_wgmma.cu ... fa3_6_tuned.cu) is the loop
-// that strings these together; the differences between those files are the lessons.
+// epilogue (tc_common.cuh; rung 6 ends it with TMA stores, write_output_tma). Each rung's own
+// file (fa3_1_wgmma.cu ... fa3_6_tuned.cu) is the loop that strings these together; the
+// differences between those files are the lessons.
 //
 // Work split: a thread block takes Br = 128 query rows of one head (rung 6 at d = 64: 192); each of
 // its two (three) compute warpgroups owns 64 of them (warp w of a warpgroup: 16 rows, as a warp of
