@@ -195,7 +195,8 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       pipe.release_v(k);
       it += blocks;
 
-      if constexpr (kTmaStore) write_output_tma<T, D>(o, m, l, pipe.O() + 16 * cwarp * D, &mapO, p, h, warp_row0);
+      if constexpr (kTmaStore) write_output_tma<T, D>(o, m, l, pipe.O() + 16 * cwarp * D, &mapO, p, h, warp_row0,
+                                                            {1.0f, p.scale, 0.0f});
       else tc::write_output<T, D, 1>(o, m, l, pipe.O() + 16 * cwarp * D, p, size_t(h) * p.N * D, warp_row0);  // rows < N
     }
     if constexpr (kTmaStore)  // the last tile's stores, done before the block (and its shared memory) ends

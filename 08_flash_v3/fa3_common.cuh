@@ -184,22 +184,30 @@ struct Pipeline {
 // staging is in the layout mapO's boxes (64 columns × 16 rows, the 128-byte swizzle) describe:
 // swizzle128, 1024-byte aligned, where stage 06's has rows of D values. Before the warp writes
 // its staging again (the next tile), the previous store must have read it: wait_group.read.
+// What the epilogue computes from o, m and l: O = o · o_times / l, L = m_times · m + log l + L_add.
+// Stage 08: {1, scale, 0} (m in units of scores). Stage 09: m is already in units of
+// scale·log₂e·score (m_times = ln 2), l sums P̃·2^8 (L_add = −8 ln 2) and o is in units of V's
+// last descale (o_times).
+struct Epilogue {
+  float o_times, m_times, L_add;
+};
 template <class T, int D>
 __device__ void write_output_tma(const float (&o)[1][D / 8][4], const float (&m)[1][2], float (&l)[1][2],
-                                 uint16_t* stage, const CUtensorMap* mapO, const Params& p, int h, int row0) {
+                                 uint16_t* stage, const CUtensorMap* mapO, const Params& p, int h, int row0,
+                                 Epilogue e) {
   const int lane = tc::lane_id(), g = lane / 4, t = lane % 4;
   if (lane == 0) hopper::bulk_wait_read<0>();
   __syncwarp();
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {  // rows g and g + 8
     l[0][hh] = tc::quad_sum(l[0][hh]);
-    const float inv = 1.0f / l[0][hh];
+    const float inv = e.o_times / l[0][hh];
     const int r = g + 8 * hh;
 #pragma unroll
     for (int d = 0; d < D / 8; ++d)
       *reinterpret_cast<uint32_t*>(stage + hopper::swizzle128<16>(r, d) + 2 * t) =
           ptx::pack<T>(o[0][d][2 * hh] * inv, o[0][d][2 * hh + 1] * inv);
-    if (t == 0 && unsigned(row0 + r) < unsigned(p.N)) p.L[size_t(h) * p.N + row0 + r] = p.scale * m[0][hh] + logf(l[0][hh]);
+    if (t == 0 && unsigned(row0 + r) < unsigned(p.N)) p.L[size_t(h) * p.N + row0 + r] = e.m_times * m[0][hh] + logf(l[0][hh]) + e.L_add;
   }
   hopper::fence_proxy_async();  // the staging's ordinary stores, before the copy engine reads it
   __syncwarp();
@@ -405,6 +413,15 @@ namespace attention::fa3 {
 // Made through the driver's cuTensorMapEncodeTiled, found with cudaGetDriverEntryPointByVersion
 // (no link against libcuda). Throws on failure.
 CUtensorMap make_tensor_map(const void* base, bool bf16, int heads, int N, int d, int box_rows);
+// Any 3-D tensor of `heads` × `rows` rows of `inner` elements (stage 09's FP8 tiles and Vᵀ); the
+// box `box_inner` × `box_rows`. Both cache their maps by everything the encoding reads.
+struct TensorMapSpec {
+  const void* base;
+  CUtensorMapDataType type;
+  int elem_bytes, inner, rows, heads, box_inner, box_rows;
+  CUtensorMapSwizzle swizzle;
+};
+CUtensorMap make_tensor_map(const TensorMapSpec& spec);
 
 // The persistent rungs' tile counter (fa3_6_tuned.cu): two ints of device memory, allocated and set
 // to 0 on first use, then reset by the kernels themselves (tiles_done).

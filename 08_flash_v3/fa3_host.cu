@@ -28,21 +28,21 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return f;
 }
 
-CUtensorMap encode_tensor_map(const void* base, bool bf16, int heads, int N, int d, int box_rows) {
+CUtensorMap encode_tensor_map(const TensorMapSpec& m) {
   CUtensorMap map{};
-  // Innermost first: d values of a row, N rows of a head, the heads. Strides (in bytes) of the
-  // outer two; the innermost is contiguous.
-  const cuuint64_t size[3] = {cuuint64_t(d), cuuint64_t(N), cuuint64_t(heads)};
-  const cuuint64_t stride[2] = {cuuint64_t(d) * 2, cuuint64_t(N) * d * 2};
-  const cuuint32_t box[3] = {64, cuuint32_t(box_rows), 1};  // 64 values = the swizzle's 128-byte row
+  // Innermost first: `inner` elements of a row, `rows` rows of a head, the heads. Strides (in bytes)
+  // of the outer two; the innermost is contiguous.
+  const cuuint64_t size[3] = {cuuint64_t(m.inner), cuuint64_t(m.rows), cuuint64_t(m.heads)};
+  const cuuint64_t stride[2] = {cuuint64_t(m.inner) * m.elem_bytes, cuuint64_t(m.rows) * m.inner * m.elem_bytes};
+  const cuuint32_t box[3] = {cuuint32_t(m.box_inner), cuuint32_t(m.box_rows), 1};
   const cuuint32_t step[3] = {1, 1, 1};
-  const CUresult r = encode_tiled()(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
-                                    const_cast<void*>(base), size, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  const CUresult r = encode_tiled()(&map, m.type, 3, const_cast<void*>(m.base), size, stride, box, step,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, m.swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // out of bounds: zeros
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for heads = " +
-                             std::to_string(heads) + ", N = " + std::to_string(N) + ", d = " + std::to_string(d));
+                             std::to_string(m.heads) + ", rows = " + std::to_string(m.rows) + ", row of " +
+                             std::to_string(m.inner) + " elements");
   return map;
 }
 }  // namespace
@@ -54,17 +54,23 @@ CUtensorMap encode_tensor_map(const void* base, bool bf16, int heads, int N, int
 // at the same address with the same shape has the same map. Timed launches on the same buffers (the
 // warm-up and every timed run after the first launch) find their three maps here, so that the
 // encoding, host work, stays out of the timed window. Bounded: cleared when it has many entries.
-CUtensorMap make_tensor_map(const void* base, bool bf16, int heads, int N, int d, int box_rows) {
-  using Key = std::tuple<const void*, bool, int, int, int, int>;
+CUtensorMap make_tensor_map(const TensorMapSpec& m) {
+  using Key = std::tuple<const void*, int, int, int, int, int, int, int, int>;
   static std::mutex mutex;
   static std::map<Key, CUtensorMap> made;
-  const Key key{base, bf16, heads, N, d, box_rows};
+  const Key key{m.base, int(m.type), m.elem_bytes, m.inner, m.rows, m.heads, m.box_inner, m.box_rows, int(m.swizzle)};
   std::lock_guard<std::mutex> lock(mutex);
   if (const auto found = made.find(key); found != made.end()) return found->second;
   if (made.size() >= 64) made.clear();
-  const CUtensorMap map = encode_tensor_map(base, bf16, heads, N, d, box_rows);
+  const CUtensorMap map = encode_tensor_map(m);
   made.emplace(key, map);
   return map;
+}
+
+// Stage 08's tiles: 16-bit rows of d values, boxes of 64 values (the 128-byte swizzle's row).
+CUtensorMap make_tensor_map(const void* base, bool bf16, int heads, int N, int d, int box_rows) {
+  return make_tensor_map({base, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, d, N,
+                          heads, 64, box_rows, CU_TENSOR_MAP_SWIZZLE_128B});
 }
 
 void require_hopper(const char* variant) {

@@ -83,9 +83,12 @@ __device__ inline void fence_registers(uint32_t (&r)[R][4]) {
 //     8-row atom to the next; LBO unused. The k step s of a 64-wide row is at start + 32·s bytes.
 //   MN-major operand (V for P·V: its rows are keys, the k of that product): SBO = 1024, the step
 //     from 8 keys to the next 8; LBO = the step from one 64-column block of V to the next.
-__device__ inline uint64_t make_desc(uint32_t smem_address, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+// Stage 09's FP8 tiles at d = 64 have rows of 64 bytes: the 64-byte swizzle (swizzle = 2; its atom
+// is 8 rows × 64 bytes, so SBO = 512), the rest as above.
+__device__ inline uint64_t make_desc(uint32_t smem_address, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                     uint32_t swizzle = 1) {
   return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t(lbo_bytes >> 4) << 16 |
-         uint64_t(sbo_bytes >> 4) << 32 | uint64_t(1) << 62;
+         uint64_t(sbo_bytes >> 4) << 32 | uint64_t(swizzle) << 62;
 }
 // The descriptor of the same tile `bytes` further on (the start address is the low field).
 __device__ inline uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
@@ -159,6 +162,43 @@ __device__ inline void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], ui
     if constexpr (half) HOPPER_WGMMA_RS(128, ".f16", HOPPER_REGS64, HOPPER_ACC64(d), "{%64, %65, %66, %67}", "%68", "%69");
     else HOPPER_WGMMA_RS(128, ".bf16", HOPPER_REGS64, HOPPER_ACC64(d), "{%64, %65, %66, %67}", "%68", "%69");
   }
+}
+
+// --- FP8: wgmma on e4m3 operands (stage 09) ------------------------------------------------------------
+// The same instruction with .e4m3 inputs: k = 32 a step (32 bytes, as 16 16-bit values are), twice
+// the 16-bit rate. Differences that shape stage 09: both operands must be K-major (no transpose
+// immediates for 8-bit types), so P·V needs V stored transposed (keys contiguous); and the A
+// operand from registers holds, per thread, 4 registers of 4 bytes: rows g and g + 8, keys
+// 4t..4t+3 and 16 + 4t..16 + 4t + 3 of the 32-key step (mma.sync's m16n8k32 A fragment).
+//   wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3  d, a-desc | {a0..a3}, b-desc, scale-d, 1, 1
+#define HOPPER_WGMMA_E4M3(N, REGS, ACC, A, B, S, ...)                                                \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " S ", 0;\n"                                       \
+               " wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " REGS ", " A ", " B ", p, 1, 1;\n}\n" \
+               : ACC                                                                                    \
+               : __VA_ARGS__, "l"(desc_b), "r"(int(accumulate)))
+template <int N>
+__device__ inline void wgmma_ss_e4m3(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma_ss_e4m3: N = 64 or 128");
+  if constexpr (N == 64) HOPPER_WGMMA_E4M3(64, HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "l"(desc_a));
+  else HOPPER_WGMMA_E4M3(128, HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "l"(desc_a));
+}
+template <int N>
+__device__ inline void wgmma_rs_e4m3(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma_rs_e4m3: N = 64 or 128");
+  if constexpr (N == 64)
+    HOPPER_WGMMA_E4M3(64, HOPPER_REGS32, HOPPER_ACC32(d), "{%32, %33, %34, %35}", "%36", "%37",
+                      "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));
+  else
+    HOPPER_WGMMA_E4M3(128, HOPPER_REGS64, HOPPER_ACC64(d), "{%64, %65, %66, %67}", "%68", "%69",
+                      "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));
+}
+// Four floats to four e4m3 bytes, x0 in the lowest (PTX ISA, "cvt": cvt.rn.satfinite.e4m3x2.f32 d, a, b
+// puts a in the upper byte of d and b in the lower; round to nearest even, saturating at ±448).
+__device__ inline uint32_t pack_e4m3(float x0, float x1, float x2, float x3) {
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(x1), "f"(x0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(x3), "f"(x2));
+  return uint32_t(lo) | uint32_t(hi) << 16;
 }
 
 // --- mbarrier: a barrier in shared memory that counts arrivals and bytes --------------------------
