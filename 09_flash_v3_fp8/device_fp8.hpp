@@ -1,0 +1,35 @@
+// The device buffers of one FP8 problem (kernels.cuh's DeviceFp8), owned: the quantised Q, K and Vᵀ,
+// their descales, the per-tensor amax and the count of bad inputs.
+#pragma once
+#if COURSE_HAS_CUDA
+
+#include <cstdint>
+
+#include "device_buffer.hpp"
+#include "fp8.hpp"
+#include "kernels.cuh"
+
+namespace attention::fp8 {
+
+struct Fp8Buffers {
+  course::DeviceBuffer<std::uint8_t> Q, K, Vt;
+  course::DeviceBuffer<float> q_scale, k_scale, v_scale, amax;
+  course::DeviceBuffer<int> bad;
+  explicit Fp8Buffers(const Shape& s)
+      : Q(s.elements()), K(s.elements()), Vt(std::size_t(s.heads()) * s.d * padded_keys(s.N)),
+        q_scale(scales(s)), k_scale(scales(s)), v_scale(scales(s)), amax(3), bad(1) {
+    CUDA_CHECK(cudaMemset(bad.get(), 0, sizeof(int)));
+  }
+  static std::size_t scales(const Shape& s) { return std::size_t(s.heads()) * ((s.N + kScaleRows - 1) / kScaleRows); }
+  DeviceFp8 view() {
+    return {Q.get(), K.get(), Vt.get(), q_scale.get(), k_scale.get(), v_scale.get(), amax.get(), bad.get()};
+  }
+  // Device memory a problem needs besides stage 06's (the quantised tensors and scales).
+  static double bytes(const Shape& s) {
+    return 2.0 * double(s.elements()) + double(s.heads()) * s.d * padded_keys(s.N) + 12.0 * double(scales(s)) + 16.0;
+  }
+};
+
+}  // namespace attention::fp8
+
+#endif  // COURSE_HAS_CUDA

@@ -1,0 +1,97 @@
+// FP8 on the CPU: the e4m3 format, the three quantisation schemes of stage 09 and the layouts the
+// kernels read, written as plainly as they can be so that the GPU's quantisation kernels
+// (quantize.cu) can be held to them byte for byte.
+//
+// e4m3 (the OCP "FP8 E4M3", PTX's .e4m3): 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits; no
+// infinities, one NaN pattern a sign (S.1111.111). Largest finite 448 = 1.75·2^8; smallest normal
+// 2^-6; subnormals in steps of 2^-9. Rounding to nearest-even, so the unit roundoff is u = 2^-4:
+// a value in the normal range comes back with a relative error of at most 1/16.
+//
+// Quantising a tensor x: a scale s (the "descale": x ≈ byte · s) chosen so that the largest |x| of
+// its group lands on 448, then byte = e4m3(x · 448/amax). Groups (stage 09's schemes):
+//   per tensor  one amax for all B·H·N·d values of Q (of K, of V)
+//   per block   one amax a block of rows of a head: Br = 128 rows of Q, Bc = 128 rows of K and of V,
+//               the kernel's tiles, so that a tile needs one scale
+//   incoherent  before either: each row of Q and of K multiplied by diag(signs)·H/√d, H the d × d
+//               Hadamard matrix and the signs random ±1 (the same for Q and K). That matrix is
+//               orthogonal, so Q·Kᵀ is unchanged in exact arithmetic, and an outlier in one channel
+//               is spread over all d channels of its row.
+// Whatever the scheme, the scales are stored a block apiece (per tensor: the same value in every
+// block), so that the attention kernel is one kernel for all four.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../06_flash_v2/algorithm.hpp"  // Shape
+#include "hd.hpp"
+
+namespace attention::fp8 {
+
+constexpr float kE4m3Max = 448.0f;
+constexpr double kUnitRoundoff = 1.0 / 16.0;  // 2^-(3 mantissa bits + 1)
+// The rows a scale covers in the per-block scheme (the kernel's tiles: Br of Q, Bc of K and V).
+constexpr int kScaleRows = 128;
+
+// Round to the nearest e4m3 value (ties to even), saturating at ±448 (PTX's .satfinite): values
+// beyond the range become ±448, NaN stays NaN (0x7F, or 0xFF with the sign).
+std::uint8_t to_e4m3(float x);
+float from_e4m3(std::uint8_t b);
+
+enum class Granularity { tensor, block };
+struct Scheme {
+  Granularity granularity = Granularity::tensor;
+  bool incoherent = false;
+  std::string name() const;  // "per_tensor", "per_block", "per_tensor_hadamard", "per_block_hadamard"
+};
+const std::vector<Scheme>& schemes();  // the four, in the chapter's order
+
+// d random signs ±1 (the incoherent processing's diagonal), from `seed`.
+std::vector<float> random_signs(int d, std::uint64_t seed);
+
+// x := H·x for a row of d values (d a power of two), H the unnormalised Hadamard matrix (entries
+// ±1), by the fast Walsh–Hadamard transform: log₂ d rounds of butterflies (a, b) -> (a + b, a − b)
+// at strides 1, 2, 4, ..., d/2, in float. The GPU does the same additions in the same order.
+void fwht(float* x, int d);
+
+// One tensor (Q, K or V: B·H heads of N rows × d) in e4m3, with its scales.
+struct Quantized {
+  int heads = 0, N = 0, d = 0;
+  std::vector<std::uint8_t> bytes;  // heads × N × d, row-major, as the input
+  std::vector<float> scale;         // heads × ⌈N / kScaleRows⌉ descales: value = from_e4m3(byte) · scale
+  int blocks() const { return (N + kScaleRows - 1) / kScaleRows; }
+  float descale(int h, int row) const { return scale[std::size_t(h) * blocks() + row / kScaleRows]; }
+  double value(int h, int row, int c) const {
+    return double(from_e4m3(bytes[(std::size_t(h) * N + row) * d + c])) * descale(h, row);
+  }
+};
+
+// The rows of x (heads × N × d floats) as the kernels see them before quantisation: themselves, or
+// with incoherent processing (signs non-empty) diag(signs)·H·x / √d, in float, as fwht.
+std::vector<float> transform_rows(const std::vector<float>& x, int d, const std::vector<float>& signs);
+// Quantises x (already transformed) with one scale per block of kScaleRows rows, or one for all.
+// amax = 0 gives the scale 1 (all bytes 0). Throws UsageError on NaN or ±inf: a scale made from
+// them would turn every value of its group into NaN.
+Quantized quantize(const std::vector<float>& x, int heads, int N, int d, Granularity g);
+
+// V for the kernel's P·V: the FP8 tensor cores take both operands K-major (the sum's index
+// contiguous), and the sum of P·V runs over keys. So V is stored transposed: for each head, d rows
+// of Np = ⌈N/32⌉·32 bytes, row c holding channel c of every key. And within each group of 32 keys,
+// in the order in which a thread's P arrives from S's accumulators (see key_position): the
+// quantisation kernel writes it so, for free, where FlashAttention-3 transposes V in shared memory.
+// Positions of no key (N ≤ position < Np) hold 0.
+COURSE_HD inline int padded_keys(int N) { return (N + 31) / 32 * 32; }
+// Where key k goes in its row of Vᵀ. S's accumulator gives thread t of a quad, in a row, the keys
+// 8n + 2t and 8n + 2t + 1 of each 8-key column tile n; the e4m3 A operand of a 32-key step wants
+// four consecutive keys 4t..4t+3 (and 16 + 4t..) in each of its 32-bit registers. Rather than move
+// bytes between threads, each thread packs what it has (keys 2t, 2t+1, 8+2t, 9+2t into one
+// register) and V's keys are laid in that order: position 16h + 4t + 2a + b holds key
+// 16h + 8a + 2t + b (h, a, b ∈ {0, 1}, t ∈ 0..3), in each group of 32.
+COURSE_HD inline int key_position(int k) {
+  const int w = k & 31, h = (w >> 4) & 1, a = (w >> 3) & 1, t = (w >> 1) & 3, b = w & 1;
+  return (k & ~31) + 16 * h + 4 * t + 2 * a + b;
+}
+std::vector<std::uint8_t> transpose_v(const Quantized& V);
+
+}  // namespace attention::fp8

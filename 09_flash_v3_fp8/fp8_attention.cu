@@ -1,0 +1,377 @@
+// The FP8 forward pass: stage 08's last rung (fa3_6_tuned.cu) with e4m3 operands. The schedule is
+// rung 6's unchanged: a persistent grid over tiles (query block i of head h; causal, a head's
+// heaviest first), a producer warpgroup (one thread issues the TMA copies into a ring of slots),
+// two consumer warpgroups of 64 query rows each taking turns at the tensor cores (named barriers),
+// and in each the softmax of key block j under the products of block j + 1. What FP8 changes:
+//
+//  - Both products on the e4m3 tensor cores (wgmma ...k32.f32.e4m3.e4m3, hopper.cuh): twice the
+//    16-bit rate, and half the bytes of Q, K and V in every tile and every copy.
+//  - V as Vᵀ. FP8 wgmma takes B only K-major, and P·V sums over keys, so the keys of V must be
+//    contiguous: the quantisation kernel writes V transposed (quantize.cu), which costs nothing
+//    there (the bytes are written anyway). FlashAttention-3 transposes V in shared memory instead,
+//    as its inputs arrive in FP8 from elsewhere.
+//  - P's bytes where the A operand wants them. The accumulator of S gives a thread, in a row, keys
+//    2t, 2t+1, 8+2t, 9+2t of each 16; the e4m3 A fragment wants 4 consecutive keys in a register.
+//    Each thread packs the 4 it has into one register (pack_p) and Vᵀ's keys are laid in that
+//    order (fp8.hpp's key_position): no bytes move between threads.
+//  - The scales. S = Qq·Kqᵀ · sq·sk (a descale for the tile's 128 rows of Q, one for each key
+//    block of K), folded into the exponent's multiplier: x = S_acc · (scale·log₂e·sq·sk_j). The
+//    running max m is kept in those units. V's descale sv_j enters through the rescale of o: o is
+//    kept in units of the last block's sv, and the step from block j−1 to j multiplies o by
+//    alpha · sv_{j−1}/sv_j, one factor more on a multiply o gets anyway (per tensor: 1).
+//  - A fresh accumulator for each key block's P̃·V (issue_pv, promote): the FP8 tensor cores add
+//    into their accumulator with fewer bits than fp32, and a sum over all N keys in one accumulator
+//    drifts toward zero. The blocks' sums are added in fp32, one FFMA a value where the rescale
+//    was one FMUL; D/2 registers more a thread.
+//  - P̃ · 2^8. P̃ = 2^(x − m) is at most 1, and e4m3's normal range starts at 2^-6: the small
+//    weights of a long row would be subnormal (fewer bits) or 0. The exponent's subtraction of m
+//    becomes m − 8: P̃ in [0, 256], O = o/l unchanged (l sums the same scaled values), L less 8 ln 2.
+//
+// IO: stage 06's model with 1-byte Q, K and V (and Vᵀ's rows padded to 32 keys): O and L as before.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../08_flash_v3/fa3_common.cuh"
+#include "check.hpp"
+#include "gpu.hpp"
+#include "hopper.cuh"
+#include "kernels.cuh"
+
+namespace attention::fp8 {
+
+namespace {
+
+constexpr int kBr = 128, kBc = 128, kWG = 2;  // rung 6 at d = 128: two consumer warpgroups
+constexpr int kSched = 3;                     // named barriers kSched + c: warpgroup c's turn
+
+struct Scales {
+  const float *q, *k, *v;  // heads × blocks descales (fp8.hpp)
+  int blocks;
+};
+
+// Shared memory, in bytes from a 1024-aligned base: Q (Br × D), kStages slots of K (Bc × D) and Vᵀ
+// (D × Bc), O's staging (Br × D 16-bit values: written out by TMA stores), then the barriers and
+// the two tile numbers. Every tile is 1024-byte aligned (the swizzle's atom).
+template <int D, int kStages>
+struct Smem {
+  static constexpr int kQ = 0, kKV = kBr * D, kSlot = 2 * kBc * D, kO = kKV + kStages * kSlot;
+  static constexpr int kBar = kO + kBr * D * 2;
+  static constexpr size_t kBytes = size_t(kBar) + 8 * (2 + 4 * kStages + 1) + 1024;
+};
+
+// Rung 6's pipeline (fa3_common.cuh's Pipeline, for one Q slot and its own staging) in bytes: the
+// same barriers, phases and protocol; Vᵀ's copy takes the key block's columns of D rows.
+template <int D, int kStages>
+struct Pipeline {
+  using L = Smem<D, kStages>;
+  uint8_t* smem;
+  __device__ uint8_t* Q() const { return smem + L::kQ; }
+  __device__ uint8_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
+  __device__ uint8_t* Vt(int it) const { return K(it) + kBc * D; }
+  __device__ uint16_t* O() const { return reinterpret_cast<uint16_t*>(smem + L::kO); }
+  __device__ uint64_t* bar(int k) const { return reinterpret_cast<uint64_t*>(smem + L::kBar) + k; }
+  __device__ uint64_t* q_full() const { return bar(0); }
+  __device__ uint64_t* q_empty() const { return bar(1); }
+  __device__ uint64_t* k_full(int it) const { return bar(2 + it % kStages); }
+  __device__ uint64_t* v_full(int it) const { return bar(2 + kStages + it % kStages); }
+  __device__ uint64_t* k_empty(int it) const { return bar(2 + 2 * kStages + it % kStages); }
+  __device__ uint64_t* v_empty(int it) const { return bar(2 + 3 * kStages + it % kStages); }
+  __device__ static int phase(int it) { return (it / kStages) & 1; }
+  __device__ volatile int* tile_slot(int n) const {
+    return reinterpret_cast<volatile int*>(bar(2 + 4 * kStages)) + (n & 1);
+  }
+  __device__ void init(int consumer_warps) const {
+    hopper::mbarrier_init(q_full(), 1);
+    hopper::mbarrier_init(q_empty(), 32 * consumer_warps);  // every consumer thread (as rung 6)
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbarrier_init(k_full(s), 1);
+      hopper::mbarrier_init(v_full(s), 1);
+      hopper::mbarrier_init(k_empty(s), consumer_warps);
+      hopper::mbarrier_init(v_empty(s), consumer_warps);
+    }
+    hopper::fence_barrier_init();
+  }
+  // The producer (one thread), once tile n's Q slot is free (q_empty): its Q, then its key blocks
+  // from the last to the first, numbered on from `it`; returns the next number.
+  __device__ int produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapVt, int row0, int h,
+                         int blocks, int it) const {
+    hopper::mbarrier_arrive_expect_tx(q_full(), kBr * D);
+    hopper::tma_load_3d(Q(), mapQ, q_full(), 0, row0, h);
+    for (int j = blocks - 1; j >= 0; --j, ++it) {
+      hopper::mbarrier_wait(k_empty(it), phase(it) ^ 1);
+      hopper::mbarrier_arrive_expect_tx(k_full(it), kBc * D);
+      hopper::tma_load_3d(K(it), mapK, k_full(it), 0, j * kBc, h);
+      hopper::mbarrier_wait(v_empty(it), phase(it) ^ 1);
+      hopper::mbarrier_arrive_expect_tx(v_full(it), kBc * D);
+      hopper::tma_load_3d(Vt(it), mapVt, v_full(it), j * kBc, 0, h);  // columns j·Bc.. of Vᵀ's D rows
+    }
+    return it;
+  }
+  __device__ void wait_q(int n) const { hopper::mbarrier_wait(q_full(), n & 1); }
+  __device__ void wait_k(int it) const { hopper::mbarrier_wait(k_full(it), phase(it)); }
+  __device__ void wait_v(int it) const { hopper::mbarrier_wait(v_full(it), phase(it)); }
+  __device__ void release_q() const { hopper::mbarrier_arrive(q_empty()); }
+  __device__ void release_k(int it) const {
+    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(k_empty(it));
+  }
+  __device__ void release_v(int it) const {
+    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(v_empty(it));
+  }
+};
+
+// S = Q·K_jᵀ for warpgroup wg's 64 rows: D/32 wgmma's of 64 × Bc × 32, both operands K-major, rows
+// of D bytes in the D-byte swizzle (128 bytes: mode 1, SBO 1024; 64 bytes: mode 2, SBO 512).
+template <int D>
+__device__ void issue_qk(float (&S)[kBc / 8][4], const uint8_t* Qs, int wg, const uint8_t* Ks) {
+  constexpr uint32_t swizzle = D == 128 ? 1 : 2, sbo = 8 * D;
+  const uint64_t q = hopper::make_desc(hopper::smem_u32(Qs) + wg * 64 * D, 0, sbo, swizzle);
+  const uint64_t k = hopper::make_desc(hopper::smem_u32(Ks), 0, sbo, swizzle);
+#pragma unroll
+  for (int s = 0; s < D / 32; ++s)
+    hopper::wgmma_ss_e4m3<kBc>(S, hopper::desc_advance(q, 32 * s), hopper::desc_advance(k, 32 * s), s > 0);
+}
+
+// o_j = P̃·V_j, a fresh accumulator (the first step does not add): Bc/32 wgmma's of 64 × D × 32, P̃
+// from registers, Vᵀ's D rows of Bc = 128 key bytes from shared memory (K-major, the 128-byte
+// swizzle). Not o += P̃·V_j as in stage 08: the FP8 tensor cores add into their accumulator with
+// fewer bits than fp32 (truncating what falls below them), so a long sum in one accumulator drifts
+// toward zero: measured −12 % on O at N = 16384 with inputs of mean 0.5. Each block's 128 keys are
+// summed on the tensor cores; the blocks are added in fp32 (promote), DeepSeek-V3's remedy.
+template <int D>
+__device__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&P)[kBc / 32][4], const uint8_t* Vts) {
+  const uint64_t v = hopper::make_desc(hopper::smem_u32(Vts), 0, 1024, 1);
+#pragma unroll
+  for (int s = 0; s < kBc / 32; ++s) hopper::wgmma_rs_e4m3<D>(o, P[s], hopper::desc_advance(v, 32 * s), s > 0);
+}
+// o = o · a + o_j, in fp32: the running sum rescaled (a: the rescale that o owed, and V's descale
+// step) and the block's sum added, one FFMA a value (stage 08's rescale was one FMUL).
+template <int DT>
+__device__ void promote(float (&o)[DT][4], const float (&oj)[DT][4], const float (&a)[2]) {
+#pragma unroll
+  for (int d = 0; d < DT; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[d][e] = fmaf(o[d][e], a[e / 2], oj[d][e]);
+}
+
+// P̃ (fp32, S's accumulator layout) as the e4m3 A operand of P·V: step s (keys 32s..32s+31) from
+// column tiles 4s..4s+3; each register the 4 values a thread holds of one row in two tiles.
+__device__ inline void pack_p(const float (&S)[kBc / 8][4], uint32_t (&P)[kBc / 32][4]) {
+#pragma unroll
+  for (int s = 0; s < kBc / 32; ++s) {
+    const float(&a)[4] = S[4 * s], (&b)[4] = S[4 * s + 1], (&c)[4] = S[4 * s + 2], (&d)[4] = S[4 * s + 3];
+    P[s][0] = hopper::pack_e4m3(a[0], a[1], b[0], b[1]);  // row g,     keys 2t, 2t+1, 8+2t, 9+2t
+    P[s][1] = hopper::pack_e4m3(a[2], a[3], b[2], b[3]);  // row g + 8
+    P[s][2] = hopper::pack_e4m3(c[0], c[1], d[0], d[1]);  // row g,     keys 16 + the same
+    P[s][3] = hopper::pack_e4m3(c[2], c[3], d[2], d[3]);  // row g + 8
+  }
+}
+
+// Rung 6's softmax_scores_tuned with the block's multiplier cj = scale·log₂e·sq·sk_j: m is in units
+// of x = S_acc·cj; P̃ = 2^(x − m + 8).
+template <int NT>
+__device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], float cj, float (&alpha)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float v[4] = {S[0][2 * h], S[0][2 * h + 1], S[1][2 * h], S[1][2 * h + 1]};
+#pragma unroll
+    for (int n = 2; n < NT; n += 2)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = fmaxf(v[e], S[n + e / 2][2 * h + e % 2]);
+    fa3::tree_reduce(v, [](float a, float b) { return fmaxf(a, b); });
+    const float m_new = tc::quad_max(fmaxf(m[h], v[0] * cj));
+    const float shift = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[h] = ptx::exp2_approx(m[h] - shift);
+    m[h] = m_new;
+    const float base = shift - 8.0f;  // P̃ · 2^8
+    float sum[4] = {};
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        S[n][e] = ptx::exp2_approx(fmaf(S[n][e], cj, -base));
+        sum[(n % 2) * 2 + e % 2] += S[n][e];
+      }
+    fa3::tree_reduce(sum, [](float a, float b) { return a + b; });
+    l[h] = l[h] * alpha[h] + sum[0];
+  }
+}
+
+template <class T, int D, int kStages>
+__global__ void __launch_bounds__(128 * (kWG + 1), 1)
+    flash_v3_fp8(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
+                 const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO, tc::Params p,
+                 Scales sc, int heads, int* next_tile) {
+  constexpr int NT = kBc / 8, DT = D / 8;
+  extern __shared__ uint8_t smem_raw[];
+  const Pipeline<D, kStages> pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
+  const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
+  const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
+  auto tile = [&](int t, int& i, int& h) {
+    h = t / Tr;
+    i = p.causal ? Tr - 1 - t % Tr : t % Tr;
+  };
+  if (threadIdx.x == 0) pipe.init(4 * kWG);
+  __syncthreads();
+
+  if (wg == 0) {  // ---- the producer ----
+    hopper::setmaxnreg_dec<24>();
+    if (threadIdx.x == 0) {
+      int it = 0;
+      for (int n = 0, t = blockIdx.x;; ++n, t = atomicAdd(next_tile, 1) + gridDim.x) {
+        if (t >= tiles) {
+          hopper::mbarrier_wait(pipe.q_empty(), (n & 1) ^ 1);
+          *pipe.tile_slot(n) = -1;
+          hopper::mbarrier_arrive(pipe.q_full());
+          fa3::tiles_done(next_tile);
+          break;
+        }
+        int i, h;
+        tile(t, i, h);
+        hopper::mbarrier_wait(pipe.q_empty(), (n & 1) ^ 1);
+        *pipe.tile_slot(n) = t;  // published by the arrive on q_full (release)
+        it = pipe.produce(&mapQ, &mapK, &mapVt, i * kBr, h, key_blocks(p.N, kBr, kBc, p.causal, i), it);
+      }
+    }
+  } else {  // ---- the consumers ----
+    hopper::setmaxnreg_inc<240>();
+    const int cwg = wg - 1, cwarp = warp - 4;
+    auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
+    auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (cwg + 1) % kWG, 256); };
+    if (cwg == kWG - 1) pass_turn();
+    const float c0 = p.scale * ptx::kLog2e;
+
+    int it = 0;
+    for (int n = 0;; ++n) {
+      pipe.wait_q(n);
+      const int t = __shfl_sync(0xffffffffu, *pipe.tile_slot(n), 0);
+      if (t < 0) break;
+      int i, h;
+      tile(t, i, h);
+      const int row0 = i * kBr, wg_row0 = row0 + 64 * cwg, warp_row0 = row0 + 16 * cwarp;
+      const int blocks = key_blocks(p.N, kBr, kBc, p.causal, i);
+      // As rung 6: causal, a warpgroup skips the key blocks past its own rows (an empty turn);
+      // rows all past N need one block (computed, not written).
+      const bool padding = wg_row0 >= p.N;
+      const int needed = padding ? 1 : p.causal ? min(blocks, (wg_row0 + 64 + kBc - 1) / kBc) : blocks;
+      const int b0 = blocks - needed;
+      const float* k_scale = sc.k + size_t(h) * sc.blocks;
+      const float* v_scale = sc.v + size_t(h) * sc.blocks;
+      const float cq = c0 * sc.q[size_t(h) * sc.blocks + i];  // the tile's Q descale, folded in
+      float o[1][DT][4] = {}, oj[1][DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {};
+      float S[1][NT][4];
+      uint32_t P[kBc / 32][4];
+      auto mask = [&](int b) {
+        const int j = blocks - 1 - b;
+        if (fa3::needs_mask(j, wg_row0, p.N, p.causal)) tc::mask_scores(S, warp_row0, j * kBc, p.N, p.causal);
+      };
+
+      for (int b = 0; b < b0; ++b) {
+        wait_turn();
+        pass_turn();
+        pipe.wait_k(it + b);
+        pipe.release_k(it + b);
+        pipe.wait_v(it + b);
+        pipe.release_v(it + b);
+      }
+      pipe.wait_k(it + b0);
+      wait_turn();
+      hopper::wgmma_fence();
+      issue_qk<D>(S[0], pipe.Q(), cwg, pipe.K(it + b0));
+      hopper::wgmma_commit();
+      pass_turn();
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(S[0]);
+      pipe.release_k(it + b0);
+      if (b0 == blocks - 1) pipe.release_q();
+      mask(b0);
+      float alpha[2];
+      // o's unit: the descale of the last V block added; a: what o owes before the next block's sum
+      // is added (the rescale by the last alpha, times the step of V's unit; o = 0 at first).
+      float sv = v_scale[blocks - 1 - b0], a[2] = {0.0f, 0.0f};
+      softmax_scores(S[0], m, l, cq * k_scale[blocks - 1 - b0], alpha);
+      pack_p(S[0], P);
+      for (int b = b0 + 1; b < blocks; ++b) {
+        const int k = it + b, j = blocks - 1 - b;
+        const float cj = cq * k_scale[j], sv_j = v_scale[j];
+        pipe.wait_k(k);
+        wait_turn();
+        hopper::wgmma_fence();
+        issue_qk<D>(S[0], pipe.Q(), cwg, pipe.K(k));
+        hopper::wgmma_commit();
+        pipe.wait_v(k - 1);
+        issue_pv<D>(oj[0], P, pipe.Vt(k - 1));
+        hopper::wgmma_commit();
+        pass_turn();
+        hopper::wgmma_wait<1>();
+        hopper::fence_registers(S[0]);
+        pipe.release_k(k);
+        if (b == blocks - 1) pipe.release_q();
+        mask(b);
+        softmax_scores(S[0], m, l, cj, alpha);
+        hopper::wgmma_wait<0>();
+        hopper::fence_registers(oj[0]);
+        pipe.release_v(k - 1);
+        promote(o[0], oj[0], a);  // o += the previous block's P̃·V, in its max's and V's units
+        const float units = sv / sv_j;  // then o owes alpha and the step to units of sv_j (1 per tensor)
+        sv = sv_j;
+        a[0] = alpha[0] * units, a[1] = alpha[1] * units;
+        pack_p(S[0], P);
+      }
+      const int k = it + blocks - 1;
+      pipe.wait_v(k);
+      wait_turn();
+      hopper::wgmma_fence();
+      issue_pv<D>(oj[0], P, pipe.Vt(k));
+      hopper::wgmma_commit();
+      pass_turn();
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(oj[0]);
+      pipe.release_v(k);
+      promote(o[0], oj[0], a);
+      it += blocks;
+
+      constexpr float kLn2 = 0.69314718f;
+      float mm[1][2] = {{m[0], m[1]}}, ll[1][2] = {{l[0], l[1]}};
+      fa3::write_output_tma<T, D>(o, mm, ll, pipe.O() + 16 * cwarp * D, &mapO, p, h, warp_row0,
+                                  {sv, kLn2, -8.0f * kLn2});
+    }
+    if (threadIdx.x % 32 == 0) hopper::bulk_wait<0>();
+    if (cwg == 0) wait_turn();
+  }
+}
+
+}  // namespace
+
+void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L) {
+  require_supported(s);
+  course::require(out == course::Dtype::fp16 || out == course::Dtype::bf16,
+                  std::string("FP8 attention writes O in fp16 or bf16, not ") + course::name(out));
+  course::require(s.d == 64 || s.d == 128, "stage 09 runs d = 64 or 128, not d = " + std::to_string(s.d));
+  fa3::require_hopper("fp8");
+  const int Np = padded_keys(s.N);
+  const CUtensorMapSwizzle qk_swizzle = s.d == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, kBr, qk_swizzle});
+  const CUtensorMap mapK = fa3::make_tensor_map({in.K, u8, 1, s.d, s.N, s.heads(), s.d, kBc, qk_swizzle});
+  const CUtensorMap mapVt = fa3::make_tensor_map({in.Vt, u8, 1, Np, s.d, s.heads(), kBc, s.d, CU_TENSOR_MAP_SWIZZLE_128B});
+  const CUtensorMap mapO = fa3::make_tensor_map(O, out == course::Dtype::bf16, s.heads(), s.N, s.d, 16);
+  const Scales sc{in.q_scale, in.k_scale, in.v_scale, (s.N + kScaleRows - 1) / kScaleRows};
+  const tc::Params p = tc::params(nullptr, nullptr, nullptr, O, L, s.N, s.causal, s.d);
+  const unsigned grid = fa3::persistent_grid(s, "fp8", kBr);
+  int* next_tile = fa3::tile_counter();
+  auto run = [&](auto type, auto d) {
+    using T = decltype(type);
+    constexpr int D = decltype(d)::value, kStages = 4;
+    constexpr size_t bytes = Smem<D, kStages>::kBytes;
+    const auto kernel = flash_v3_fp8<T, D, kStages>;
+    course::require_shared_memory(bytes, "fp8 at d = " + std::to_string(D));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    kernel<<<grid, 128 * (kWG + 1), bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile);
+    CUDA_CHECK_LAUNCH();
+  };
+  const bool half = out == course::Dtype::fp16;
+  if (s.d == 64) half ? run(__half{}, std::integral_constant<int, 64>{}) : run(__nv_bfloat16{}, std::integral_constant<int, 64>{});
+  else half ? run(__half{}, std::integral_constant<int, 128>{}) : run(__nv_bfloat16{}, std::integral_constant<int, 128>{});
+}
+
+}  // namespace attention::fp8

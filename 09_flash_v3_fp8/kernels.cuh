@@ -1,0 +1,43 @@
+// Stage 09's kernels and their launchers (device pointers). Defined only in a CUDA build whose
+// compiler targets sm_90a; each launcher checks the shape and the GPU (a Hopper) and throws
+// UsageError before launching.
+//   quantize.cu       Q, K, V (fp16 or bf16, stage 06's layout) to e4m3 with their scales, by the
+//                     scheme: per tensor (an amax pass, then the quantisation) or per block (one
+//                     pass); with incoherent processing (Q's and K's rows through the random
+//                     signs and the Walsh–Hadamard transform) or without; V written as Vᵀ
+//                     (fp8.hpp's layout)
+//   fp8_attention.cu  the forward pass on the FP8 tensor cores: stage 08's last rung (a persistent
+//                     grid, a producer warpgroup, two consumer warpgroups taking turns, the softmax
+//                     of one block under the products of the next) with e4m3 operands; O in fp16 or
+//                     bf16 and L, as stage 06 writes them
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dtype.hpp"
+#include "fp8.hpp"
+
+namespace attention::fp8 {
+
+// The quantised tensors of one problem, on the device. Q and K: heads × N × d bytes; Vt: heads × d ×
+// padded_keys(N) bytes; the descales heads × ⌈N/128⌉ floats each; amax: 3 floats the per-tensor
+// scheme reduces into; bad: the count of NaN or ±inf values the quantisation met (0 when the
+// inputs are finite; check_quantized reads it).
+struct DeviceFp8 {
+  std::uint8_t *Q = nullptr, *K = nullptr, *Vt = nullptr;
+  float *q_scale = nullptr, *k_scale = nullptr, *v_scale = nullptr;
+  float* amax = nullptr;
+  int* bad = nullptr;
+};
+
+// Q, K, V (16-bit, `t`) into `out` by `scheme`; `signs`: the incoherent processing's d signs.
+void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::vector<float>& signs, const void* Q,
+                     const void* K, const void* V, const DeviceFp8& out);
+// Throws UsageError if the quantisation met NaN or inf (synchronises: after the checked run only).
+void check_quantized(const DeviceFp8& q);
+
+// O (B·H·N·d values of `out`: fp16 or bf16) and L (B·H·N floats) from the quantised tensors.
+void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L);
+
+}  // namespace attention::fp8

@@ -1,0 +1,302 @@
+// 09_flash_v3_fp8: FP8 attention on Hopper, beside stage 08's last rung on the same inputs. For
+// each problem and scheme (per tensor, per block, each with or without incoherent processing): the
+// quantisation's time and bytes, and the FP8 attention's time, bytes and error (O and L against
+// float64, within twice plain FP8's error). --accuracy prints the FA-3 paper's table instead: RMSE
+// and largest error of O on N(0, 1) inputs and on its outlier inputs. docs/09_flash_v3_fp8.md explains.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "../06_flash_v2/problem.hpp"
+#include "../06_flash_v2/reference.hpp"
+#include "../08_flash_v3/variants.hpp"
+#include "accuracy.hpp"
+#include "bench.hpp"
+#include "check.hpp"
+#include "dtype.hpp"
+#include "fp8.hpp"
+#include "gpu.hpp"
+#include "options.hpp"
+#if COURSE_HAS_CUDA
+#include "../06_flash_v2/device_run.hpp"
+#include "device_buffer.hpp"
+#if COURSE_HAS_HOPPER
+#include "device_fp8.hpp"
+#include "kernels.cuh"
+#endif
+#endif
+
+using namespace attention;
+using namespace attention::fp8;
+using course::Dtype;
+
+namespace {
+
+constexpr const char* kStage08Rung = "tuned";
+const Tiles kTiles{128, 128};  // the FP8 kernel's Br × Bc (and the scales' blocks)
+
+// Bytes between the SMs and L2 in the model (stage 06's, with 1-byte Q, K, V): per head Q once,
+// K and V of every visited key block once per query block, O (2 bytes a value) and L once.
+double attention_model_bytes(const Shape& s) {
+  double keys = 0;
+  for (int i = 0; i < query_blocks(s, kTiles); ++i) keys += std::min(s.N, key_blocks(s, kTiles, i) * kTiles.Bc);
+  return double(s.heads()) * (double(s.d) * (3.0 * s.N + 2.0 * keys) + 4.0 * s.N);
+}
+// The quantisation's bytes: each 16-bit input read once (per tensor: twice), the bytes written (V
+// as Vᵀ, rows padded to 32 keys), 4 bytes a scale.
+double quantize_model_bytes(const Shape& s, Scheme scheme) {
+  const double n = double(s.elements()), passes = scheme.granularity == Granularity::tensor ? 2.0 : 1.0;
+  const double blocks = double(s.heads()) * ((s.N + kScaleRows - 1) / kScaleRows);
+  return 3.0 * 2.0 * n * passes + 2.0 * n + double(s.heads()) * s.d * padded_keys(s.N) + 3.0 * 4.0 * blocks;
+}
+
+std::string why_no_hopper() {
+  if (!COURSE_HAS_HOPPER) return "this build has no sm_90a kernels (they need nvcc 12 or newer)";
+  const auto& g = course::gpu();
+  if (!g.available) return g.why_not;
+  if (g.cc_major != 9 || g.cc_minor != 0)
+    return "stage 09's kernels need a Hopper GPU (sm_90: H100, H200, GH200) for FP8 wgmma; this is " + g.name +
+           " (sm_" + std::to_string(g.cc_major) + std::to_string(g.cc_minor) + ")";
+  return "";
+}
+
+Scheme scheme_named(const std::string& name) {
+  for (const Scheme& s : schemes())
+    if (s.name() == name) return s;
+  throw course::UsageError("no scheme '" + name + "' (per_tensor, per_block, per_tensor_hadamard, per_block_hadamard)");
+}
+
+Inputs to_inputs(const NormalInputs& n, Dtype t, std::uint64_t seed) {
+  Inputs in;
+  in.seed = seed;
+  in.Q = n.Q, in.K = n.K, in.V = n.V;
+  std::vector<float> q = n.Q, k = n.K, v = n.V;
+  in.Qh = course::round_in_place(t, q);
+  in.Kh = course::round_in_place(t, k);
+  in.Vh = course::round_in_place(t, v);
+  return in;
+}
+
+// --accuracy: FA-3's table. For N(0, 1) inputs and its outlier inputs, the RMSE and the largest
+// error of O against float64 of: 16-bit attention (stage 08's last rung on the GPU, else plain in the
+// dtype on the CPU) and each FP8 scheme (our kernel on the GPU, and plain FP8 on the CPU).
+int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, double sigma, bool gpu) {
+  std::printf("09_flash_v3_fp8 accuracy: %s %s, O against float64; inputs N(0,1), outliers: %.3g%% of entries "
+              "from N(0,%g^2); seed %llu\n",
+              s.text().c_str(), course::name(t), 100.0 * fraction, sigma, static_cast<unsigned long long>(seed));
+  std::printf("%-8s %-22s %12s %12s %12s %12s\n", "inputs", "variant", "rmse (gpu)", "max (gpu)", "rmse (plain)",
+              "max (plain)");
+  for (double f : {0.0, fraction}) {
+    const NormalInputs n = normal_inputs(s, t, seed, f, sigma);
+    const auto ref = attention_f64(s, to_double(n.Q), to_double(n.K), to_double(n.V));
+    const char* label = f > 0 ? "outliers" : "normal";
+    auto line = [&](const std::string& variant, const Errors* g, const Errors& p) {
+      char a[32] = "n/a", b[32] = "n/a";
+      if (g) std::snprintf(a, sizeof a, "%.3e", g->rmse), std::snprintf(b, sizeof b, "%.3e", g->max_abs);
+      std::printf("%-8s %-22s %12s %12s %12.3e %12.3e\n", label, variant.c_str(), a, b, p.rmse, p.max_abs);
+    };
+    const Errors plain16 = errors(plain_16bit(s, n.Q, n.K, n.V, t), ref);
+    std::unique_ptr<Errors> g16;
+    [[maybe_unused]] const Inputs in = to_inputs(n, t, seed);
+#if COURSE_HAS_HOPPER
+    if (gpu) {
+      DeviceRun dev(s, t, in);
+      dev.poison();
+      v3_variant(kStage08Rung).launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get());
+      g16 = std::make_unique<Errors>(errors(dev.O_values(t), ref));
+    }
+#endif
+    line(std::string("16-bit (08 ") + kStage08Rung + ")", g16.get(), plain16);
+    for (const Scheme& scheme : schemes()) {
+      const QuantizedInputs q = quantize_inputs(s, n.Q, n.K, n.V, scheme, seed);
+      std::unique_ptr<Errors> g8;
+#if COURSE_HAS_HOPPER
+      if (gpu) {
+        DeviceRun dev(s, t, in);
+        Fp8Buffers b(s);
+        dev.poison();
+        launch_quantize(s, t, scheme, q.signs, dev.q(), dev.k(), dev.v(), b.view());
+        check_quantized(b.view());
+        launch_attention(s, t, b.view(), dev.o(), dev.L.get());
+        g8 = std::make_unique<Errors>(errors(dev.O_values(t), ref));
+      }
+#endif
+      line("fp8_" + scheme.name(), g8.get(), errors(plain_fp8(s, q, t), ref));
+    }
+  }
+  if (!gpu) std::printf("gpu columns n/a: %s\n", why_no_hopper().empty() ? "no GPU" : why_no_hopper().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"09_flash_v3_fp8: FP8 attention on Hopper (e4m3; per-tensor or per-block scales, incoherent processing)"};
+  course::CommonOptions options;
+  Shape base;
+  base.H = 2;
+  base.d = 128;
+  std::vector<int> seq = {256, 1000};
+  std::vector<std::string> dtype_names = {"fp16", "bf16"};
+  std::vector<std::string> scheme_names;
+  for (const Scheme& s : schemes()) scheme_names.push_back(s.name());
+  int tokens = 0;
+  double outliers = -1.0, sigma = 10.0;
+  bool accuracy_table = false;
+  course::add_common_options(app, options);
+  app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
+  app.add_option("--tokens", tokens, "Tokens B*N: when given, B = tokens / N for each N")->check(course::whole_number(1));
+  app.add_option("--heads", base.H, "Heads H")->check(course::whole_number(1))->capture_default_str();
+  app.add_option("--seq", seq, "Sequence lengths N, comma-separated")
+      ->delimiter(',')
+      ->check(course::whole_number(1))
+      ->capture_default_str();
+  app.add_option("--d", base.d, "Head dimension d (64 or 128)")->check(CLI::IsMember({64, 128}))->capture_default_str();
+  app.add_flag("--causal", base.causal, "Causal mask: query i sees keys j <= i");
+  app.add_option("--dtype", dtype_names, "The inputs' and O's types, comma-separated (fp16, bf16)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp16", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--schemes", scheme_names, "Quantisation schemes, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember(scheme_names))
+      ->capture_default_str();
+  app.add_option("--outliers", outliers,
+                 "Inputs N(0,1) with this fraction of entries from N(0, sigma^2) (FA-3: 0.001); default: stage 06's "
+                 "uniform inputs")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--sigma", sigma, "The outliers' standard deviation")->check(course::number(0.0))->capture_default_str();
+  app.add_flag("--accuracy", accuracy_table,
+               "Print FA-3's accuracy table (N(0,1) and outlier inputs, RMSE and max error of O) for the first N and dtype");
+  if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
+
+  return course::run_program("09_flash_v3_fp8", [&]() -> int {
+    std::vector<std::string> variants = {std::string("08_") + kStage08Rung};
+    for (const auto& n : scheme_names) variants.push_back("quant_" + n), variants.push_back("fp8_" + n);
+    course::finish_common_options(options, variants);
+    require_supported(base);
+    std::vector<Dtype> dtypes;
+    for (const auto& name : dtype_names) dtypes.push_back(course::parse_dtype(name));
+    course::Bench bench("09_flash_v3_fp8", options);
+    if (bench.use_gpu())
+      if (const std::string why = why_no_hopper(); !why.empty()) bench.disable_gpu(why);
+    if (accuracy_table) {
+      Shape s = base;
+      s.N = seq.front();
+      return accuracy(s, dtypes.front(), options.seed, outliers > 0 ? outliers : 0.001, sigma, bench.use_gpu());
+    }
+    const std::vector<std::string> runs = options.variants.empty() ? variants : options.variants;
+    std::vector<std::string> notes;
+    for (int N : seq) {
+      Shape s = base;
+      s.N = N;
+      if (tokens > 0) {
+        course::require(tokens % N == 0, "--tokens " + std::to_string(tokens) + " is not a multiple of N = " + std::to_string(N));
+        s.B = tokens / N;
+      }
+      require_supported(s);
+      course::require(s.d == 64 || s.d == 128, "stage 09 runs d = 64 or 128, not d = " + std::to_string(s.d));
+      for (Dtype t : dtypes) {
+        course::require_fits(8.0 * double(s.elements()) * 4.0, 0.0, "the inputs of " + s.text());
+        const std::string problem = s.text() + " " + course::name(t);
+        bench.progress(problem, "inputs and the float64 reference");
+        const Inputs in = outliers >= 0 ? to_inputs(normal_inputs(s, t, options.seed, outliers, sigma), t, options.seed)
+                                        : make_inputs(s, t, options.seed);
+        std::unique_ptr<Reference> ref16;
+        std::map<std::string, QuantizedInputs> quantized;  // by scheme: for its quant_ and fp8_ rows
+#if COURSE_HAS_HOPPER
+        std::unique_ptr<DeviceRun> dev;
+        if (bench.use_gpu()) dev = std::make_unique<DeviceRun>(s, t, in);
+#endif
+        for (const std::string& name : runs) {
+          course::Row row = bench.row(name, s.text() + " Br=128 Bc=128");
+          row.dtype = course::name(t);
+          row.size = N;
+          if (name.rfind("08_", 0) == 0) {
+            row.flops = s.flops();
+            const V2Variant& v = v3_variant(kStage08Rung);
+            row.shape = s.text() + " Br=" + std::to_string(v.tiles(s.d).Br) + " Bc=128";
+            row.io_model_bytes = flash_v2_model_bytes(s, t, v.tiles(s.d));
+#if COURSE_HAS_HOPPER
+            if (bench.use_gpu()) {
+              if (!ref16) ref16 = std::make_unique<Reference>(s, t, in.Q.data(), in.K.data(), in.V.data());
+              dev->poison();
+              bench.measure_gpu(row, [&] { v.launch(s, t, dev->q(), dev->k(), dev->v(), dev->o(), dev->L.get()); }, [&] {
+                const auto O = dev->O_values(t);
+                auto c = ref16->check_O(O.data());
+                const auto L = ref16->check_L(dev->L.download().data());
+                if (!L.ok()) c.bad += L.bad + 1, c.first_mismatches += "  L: " + L.summary() + "\n";
+                return c;
+              });
+            }
+#endif
+            bench.add(row);
+            continue;
+          }
+          const bool quant = name.rfind("quant_", 0) == 0;
+          const Scheme scheme = scheme_named(name.substr(quant ? 6 : 4));
+          if (!quantized.count(scheme.name())) {
+            bench.progress(problem, scheme.name() + ": the CPU's quantisation");
+            quantized.emplace(scheme.name(), quantize_inputs(s, in.Q, in.K, in.V, scheme, options.seed));
+          }
+          const QuantizedInputs& q = quantized.at(scheme.name());
+          if (quant) row.io_model_bytes = quantize_model_bytes(s, scheme);
+          else row.flops = s.flops(), row.io_model_bytes = attention_model_bytes(s);
+#if COURSE_HAS_HOPPER
+          if (bench.use_gpu()) {
+            try {
+              course::require_fits(0.0, flash_v2_device_bytes(s, t) + Fp8Buffers::bytes(s), name + " " + s.text());
+            } catch (const course::ResourceError& e) {
+              row.device = course::device_label();
+              notes.push_back(name + " " + problem + ": not run, out of device memory (" + e.what() + ")");
+              bench.add(row);
+              continue;
+            }
+            Fp8Buffers b(s);
+            auto quantize = [&] { launch_quantize(s, t, scheme, q.signs, dev->q(), dev->k(), dev->v(), b.view()); };
+            if (quant) {
+              b.Q.poison();
+              bench.measure_gpu(row, quantize, [&] {  // the CPU's bytes, exactly
+                check_quantized(b.view());
+                const auto bytes = b.Q.download();
+                std::vector<double> want(q.Q.bytes.begin(), q.Q.bytes.end());
+                std::vector<float> got(bytes.begin(), bytes.end());
+                return course::compare(got.data(), want.data(), got.size(), 0.0);
+              });
+            } else {
+              quantize();
+              check_quantized(b.view());
+              bench.progress(problem, name + ": float64 and plain FP8 on the sampled rows");
+              const Fp8Reference ref(s, t, in.Q, in.K, in.V, q);
+              dev->poison();
+              bench.measure_gpu(row, [&] { launch_attention(s, t, b.view(), dev->o(), dev->L.get()); }, [&] {
+                const auto O = dev->O_values(t);
+                auto c = ref.check_O(O.data());
+                const auto L = ref.check_L(dev->L.download().data());
+                if (!L.ok()) c.bad += L.bad + 1, c.first_mismatches += "  L: " + L.summary() + "\n";
+                return c;
+              });
+            }
+          }
+#endif
+          bench.add(row);
+        }
+      }
+    }
+    notes.insert(notes.begin(),
+                 {std::string("08_") + kStage08Rung + ": stage 08's last rung (fp16/bf16) on the same inputs",
+                  "quant_*: the quantisation kernels alone (Q, K, V to e4m3, V written as V^T); its check: the GPU's "
+                  "bytes of Q equal the CPU's",
+                  "fp8_*: the FP8 attention on the quantised inputs; max rel err: O against float64 on the 16-bit "
+                  "inputs, held to twice plain FP8's error (and L likewise); counted IO: n/a (no CPU count for FP8)",
+                  "model: bytes between the SMs and L2 (1-byte Q, K, V; O in the dtype; L)"});
+    char title[256];
+    std::snprintf(title, sizeof title, "09_flash_v3_fp8 on %s, %s, seed %llu", course::device_label().c_str(),
+                  outliers >= 0 ? "inputs N(0,1) with outliers" : "Q, K, V uniform in [-1, 2)",
+                  static_cast<unsigned long long>(options.seed));
+    return bench.finish(title, notes);
+  });
+}

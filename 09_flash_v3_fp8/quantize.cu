@@ -1,0 +1,208 @@
+// The quantisation kernels: fp16 or bf16 Q, K, V to e4m3 and their descales, the same bytes as the
+// CPU's quantize (fp8.cpp) computes, and V written transposed for the kernel's P·V.
+//
+// One thread block takes one scale block (128 rows of one head) of one tensor (blockIdx.z: Q, K,
+// V); each of its 8 warps 16 rows, a row a time across the warp's 32 lanes (d/32 values a lane).
+// A row with incoherent processing: times the signs, then the fast Walsh–Hadamard transform in
+// registers: the butterflies of stride < d/32 inside a lane, the others between lanes by
+// __shfl_xor_sync (lane partner = lane ^ stride/(d/32)), each (a, b) -> (a + b, a − b) as fwht
+// does on the CPU, in the same order; then times 1/√d. O(d log d) a row: 7 rounds at d = 128.
+//
+// Per block: the block's amax (warp maxima, then across the warps in shared memory), then the
+// bytes: one pass, each input read once. Per tensor: the same kernel twice, first only for the
+// amax (atomicMax on the float's bits, which orders non-negative floats as it orders ints), then
+// quantising with that amax: the inputs read twice.
+//
+// IO (bytes between the SMs and L2, e = 2 for the 16-bit inputs), per tensor of n = B·H·N·d values:
+// per block n·e read + n written (Vᵀ: B·H·d·Np, Np = N rounded up to 32) + 4 bytes a scale block;
+// per tensor another n·e read.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "check.hpp"
+#include "gpu.hpp"
+#include "hopper.cuh"
+#include "kernels.cuh"
+
+namespace attention::fp8 {
+
+namespace {
+
+constexpr int kWarps = 8, kRowsPerWarp = kScaleRows / kWarps;  // 16
+
+// The incoherent processing's signs as bits (1: −1), and where each tensor goes.
+struct SignBits {
+  uint32_t bits[4];
+};
+struct Tensors {
+  const void* in[3];
+  uint8_t* out[3];  // Q, K, Vt
+  float* scale[3];
+  float* amax;  // [3]
+  int* bad;
+};
+
+__device__ inline float to_float(__half x) { return __half2float(x); }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// One row's E = D/32 values in lane `lane`: elements lane·E .. lane·E + E − 1.
+template <int E>
+__device__ inline void fwht_row(float (&x)[E], int lane) {
+#pragma unroll
+  for (int h = 1; h < E; h *= 2)  // inside the lane
+#pragma unroll
+    for (int i = 0; i < E; ++i)
+      if ((i & h) == 0) {
+        const float a = x[i], b = x[i + h];
+        x[i] = a + b;
+        x[i + h] = a - b;
+      }
+#pragma unroll
+  for (int m = 1; m < 32; m *= 2)  // between lanes: stride h = m·E
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const float partner = __shfl_xor_sync(0xffffffffu, x[i], m);
+      x[i] = (lane & m) == 0 ? x[i] + partner : partner - x[i];
+    }
+}
+
+template <class T, int D, bool kIncoherent, bool kAmaxOnly>
+__global__ void __launch_bounds__(kWarps * 32)
+    fp8_quantize(Tensors t, int N, int blocks, bool per_tensor, SignBits signs, float inv_sqrt_d) {
+  constexpr int E = D / 32;
+  const int z = blockIdx.z, b = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // (Chosen by ?: rather than indexed by z, which would copy the arrays to local memory.)
+  auto pick = [z](auto a, auto b, auto c) { return z == 0 ? a : z == 1 ? b : c; };
+  const T* x = static_cast<const T*>(pick(t.in[0], t.in[1], t.in[2])) + size_t(h) * N * D;
+  const uint32_t word = (lane * E) / 32 == 0 ? signs.bits[0] : (lane * E) / 32 == 1 ? signs.bits[1]
+                        : (lane * E) / 32 == 2 ? signs.bits[2] : signs.bits[3];
+  const uint32_t my_signs = word >> ((lane * E) % 32);  // bit i: element lane·E + i
+  const bool transform = kIncoherent && z < 2;  // Q and K; V as it is
+  float v[kRowsPerWarp][E];
+  float amax = 0.0f;
+  int bad = 0;
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = b * kScaleRows + warp * kRowsPerWarp + r;
+#pragma unroll
+    for (int i = 0; i < E; ++i) v[r][i] = row < N ? to_float(x[size_t(row) * D + lane * E + i]) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) bad += !isfinite(v[r][i]);
+    if (transform) {
+#pragma unroll
+      for (int i = 0; i < E; ++i)
+        if ((my_signs >> i) & 1) v[r][i] = -v[r][i];
+      fwht_row<E>(v[r], lane);
+#pragma unroll
+      for (int i = 0; i < E; ++i) v[r][i] *= inv_sqrt_d;
+    }
+#pragma unroll
+    for (int i = 0; i < E; ++i) amax = fmaxf(amax, fabsf(v[r][i]));
+  }
+  // The block's amax: the warp's, then the 8 warps' in shared memory.
+  __shared__ float warp_amax[kWarps];
+  __shared__ uint8_t tile[D][kScaleRows];  // Vᵀ's 128 positions of each of the D rows (V only)
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  if (lane == 0) warp_amax[warp] = amax;
+  __syncthreads();
+  amax = warp_amax[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) amax = fmaxf(amax, warp_amax[w]);
+  if constexpr (kAmaxOnly) {
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(t.amax) + z, __float_as_int(amax));
+    return;
+  } else {
+    if (bad != 0) atomicAdd(t.bad, bad);
+    if (per_tensor) amax = t.amax[z];
+    const float inv = amax > 0.0f ? kE4m3Max / amax : 1.0f;  // as quantize() on the CPU
+    if (threadIdx.x == 0)
+      pick(t.scale[0], t.scale[1], t.scale[2])[size_t(h) * blocks + b] = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+    if (z < 2) {  // Q, K: the rows as they are, E bytes a lane, a warp's 32 lanes one row
+      uint8_t* out = (z == 0 ? t.out[0] : t.out[1]) + size_t(h) * N * D;
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int row = b * kScaleRows + warp * kRowsPerWarp + r;
+        if (row >= N) break;
+        if constexpr (E == 4) {
+          *reinterpret_cast<uint32_t*>(out + size_t(row) * D + lane * 4) =
+              hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
+        } else {
+          *reinterpret_cast<uint16_t*>(out + size_t(row) * D + lane * 2) =
+              uint16_t(hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, 0.0f, 0.0f));
+        }
+      }
+    } else {  // V: through shared memory into Vᵀ's rows, keys in key_position's order
+      const int Np = padded_keys(N);
+      for (int f = threadIdx.x; f < D * kScaleRows / 4; f += kWarps * 32) reinterpret_cast<uint32_t*>(tile)[f] = 0;
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int k = warp * kRowsPerWarp + r;  // the key within the block; zeros past N
+        uint32_t bytes;
+        if constexpr (E == 4) bytes = hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
+        else bytes = hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, 0.0f, 0.0f);
+#pragma unroll
+        for (int i = 0; i < E; ++i) tile[lane * E + i][key_position(k)] = uint8_t(bytes >> (8 * i));
+      }
+      __syncthreads();
+      uint8_t* out = t.out[2] + size_t(h) * D * Np;
+      const int k0 = b * kScaleRows;
+      for (int f = threadIdx.x; f < D * kScaleRows / 16; f += kWarps * 32) {  // 16 bytes a thread
+        const int c = f / (kScaleRows / 16), q = f % (kScaleRows / 16);
+        if (k0 + 16 * q < Np)
+          *reinterpret_cast<uint4*>(out + size_t(c) * Np + k0 + 16 * q) = reinterpret_cast<const uint4*>(tile[c])[q];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::vector<float>& signs, const void* Q,
+                     const void* K, const void* V, const DeviceFp8& out) {
+  require_supported(s);
+  course::require(t == course::Dtype::fp16 || t == course::Dtype::bf16,
+                  std::string("FP8 quantisation takes fp16 or bf16, not ") + course::name(t));
+  course::require(s.d == 64 || s.d == 128, "stage 09 runs d = 64 or 128, not d = " + std::to_string(s.d));
+  course::require(!scheme.incoherent || int(signs.size()) == s.d, "incoherent processing needs d signs");
+  SignBits bits{};
+  if (scheme.incoherent)
+    for (int c = 0; c < s.d; ++c)
+      if (signs[c] < 0) bits.bits[c / 32] |= 1u << (c % 32);
+  const int blocks = (s.N + kScaleRows - 1) / kScaleRows;
+  course::require(s.heads() <= 65535, "stage 09's quantisation: at most 65535 heads (B·H)");
+  const Tensors tensors{{Q, K, V}, {out.Q, out.K, out.Vt}, {out.q_scale, out.k_scale, out.v_scale}, out.amax, out.bad};
+  const bool per_tensor = scheme.granularity == Granularity::tensor;
+  const float inv_sqrt_d = 1.0f / std::sqrt(float(s.d));  // the CPU's transform_rows uses the same float
+  const dim3 grid(unsigned(blocks), unsigned(s.heads()), 3);
+  auto run = [&](auto kernel_of) {
+    if (per_tensor) {
+      CUDA_CHECK(cudaMemsetAsync(out.amax, 0, 3 * sizeof(float)));
+      kernel_of(std::true_type{})<<<grid, kWarps * 32>>>(tensors, s.N, blocks, true, bits, inv_sqrt_d);
+      CUDA_CHECK_LAUNCH();
+    }
+    kernel_of(std::false_type{})<<<grid, kWarps * 32>>>(tensors, s.N, blocks, per_tensor, bits, inv_sqrt_d);
+    CUDA_CHECK_LAUNCH();
+  };
+  auto with = [&](auto type, auto d) {
+    using T = decltype(type);
+    constexpr int D = decltype(d)::value;
+    if (scheme.incoherent) run([](auto amax_only) { return fp8_quantize<T, D, true, decltype(amax_only)::value>; });
+    else run([](auto amax_only) { return fp8_quantize<T, D, false, decltype(amax_only)::value>; });
+  };
+  const bool half = t == course::Dtype::fp16;
+  if (s.d == 64) half ? with(__half{}, std::integral_constant<int, 64>{}) : with(__nv_bfloat16{}, std::integral_constant<int, 64>{});
+  else half ? with(__half{}, std::integral_constant<int, 128>{}) : with(__nv_bfloat16{}, std::integral_constant<int, 128>{});
+}
+
+void check_quantized(const DeviceFp8& q) {
+  int bad = 0;
+  CUDA_CHECK(cudaMemcpy(&bad, q.bad, sizeof bad, cudaMemcpyDeviceToHost));
+  course::require(bad == 0, "FP8 quantisation: the input holds " + std::to_string(bad) +
+                                " NaN or inf values; no scale can represent them");
+}
+
+}  // namespace attention::fp8

@@ -1,0 +1,194 @@
+// Stage 09 on the CPU: the e4m3 format, the Hadamard transform, the quantisation schemes, the layout
+// of Vᵀ the kernels read, and the accuracy of plain FP8 attention against float64 (the bound each
+// kernel is held to on the GPU is twice that).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "accuracy.hpp"
+#include "check.hpp"
+#include "fp8.hpp"
+#include "inputs.hpp"
+
+using namespace attention;
+using namespace attention::fp8;
+using course::Dtype;
+
+TEST_CASE("e4m3: every byte decodes and encodes back; known values; ties to even; saturation; NaN") {
+  for (int b = 0; b < 256; ++b) {
+    const float v = from_e4m3(std::uint8_t(b));
+    if ((b & 0x7F) == 0x7F) {
+      CHECK(std::isnan(v));
+      continue;
+    }
+    CAPTURE(b);
+    CHECK(to_e4m3(v) == (b == 0x80 ? 0x80 : b));  // −0 stays −0
+  }
+  CHECK(from_e4m3(0x7E) == 448.0f);
+  CHECK(from_e4m3(0x38) == 1.0f);
+  CHECK(from_e4m3(0x01) == std::ldexp(1.0f, -9));  // the smallest subnormal
+  CHECK(from_e4m3(0x08) == std::ldexp(1.0f, -6));  // the smallest normal
+  CHECK(to_e4m3(1.0625f) == 0x38);                  // halfway between 1 and 1.125: to the even 1
+  CHECK(to_e4m3(1.1875f) == 0x3A);                  // halfway between 1.125 and 1.25: to the even 1.25
+  CHECK(to_e4m3(-3.0f) == 0xC4);
+  CHECK(to_e4m3(464.0f) == 0x7E);  // past 448: saturates (satfinite), never NaN
+  CHECK(to_e4m3(1e30f) == 0x7E);
+  CHECK(to_e4m3(-INFINITY) == 0xFE);
+  CHECK(to_e4m3(NAN) == 0x7F);
+  CHECK(to_e4m3(std::ldexp(1.0f, -11)) == 0x00);  // a quarter of the smallest subnormal: 0
+}
+
+TEST_CASE("e4m3: the rounding error is at most u = 2^-4 relative in the normal range, 2^-10 below it") {
+  const auto x = course::random_uniform(200000, course::fresh_seed(), -500.0f, 500.0f);
+  for (float v : x) {
+    for (float w : {v, v / 4096.0f}) {  // normals and, scaled down, subnormals
+      const double q = from_e4m3(to_e4m3(w)), a = std::fabs(double(w));
+      CAPTURE(w);
+      if (a > 448.0) CHECK(std::fabs(q) == 448.0);
+      else if (a >= std::ldexp(1.0, -6)) CHECK(std::fabs(q - w) <= kUnitRoundoff * a);
+      else CHECK(std::fabs(q - w) <= std::ldexp(1.0, -10));
+    }
+  }
+}
+
+TEST_CASE("fwht: H·H = d·I, and incoherent processing leaves Q·Kᵀ unchanged") {
+  const std::uint64_t seed = course::fresh_seed();
+  CAPTURE(seed);
+  for (int d : {64, 128}) {
+    auto x = course::random_uniform(d, seed, -1.0f, 2.0f);
+    auto y = x;
+    fwht(y.data(), d);
+    fwht(y.data(), d);
+    for (int c = 0; c < d; ++c) CHECK(y[c] == doctest::Approx(double(d) * x[c]).epsilon(1e-5));
+    // Q·Kᵀ of transformed rows against the original's, in float: the same to float's rounding.
+    const auto signs = random_signs(d, seed + 1);
+    std::set<float> values(signs.begin(), signs.end());
+    CHECK(values == std::set<float>{-1.0f, 1.0f});
+    const auto Q = course::random_uniform(8 * d, seed + 2), K = course::random_uniform(8 * d, seed + 3);
+    const auto Qt = transform_rows(Q, d, signs), Kt = transform_rows(K, d, signs);
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j) {
+        double s = 0, st = 0, norm = 0;
+        for (int c = 0; c < d; ++c) {
+          s += double(Q[i * d + c]) * K[j * d + c];
+          st += double(Qt[i * d + c]) * Kt[j * d + c];
+          norm += std::fabs(double(Q[i * d + c]) * K[j * d + c]);
+        }
+        CHECK(std::fabs(st - s) <= 1e-6 * norm);
+      }
+  }
+  // In exact arithmetic (float64 all through) attention on the transformed Q and K is the same.
+  const Shape s{1, 2, 100, 64, true};
+  const auto in = normal_inputs(s, Dtype::fp16, seed, 0.01);
+  const auto signs = random_signs(s.d, seed);
+  auto transform64 = [&](const std::vector<float>& x) {
+    std::vector<double> y(x.size());
+    for (std::size_t r = 0; r < x.size() / s.d; ++r) {
+      double* v = y.data() + r * s.d;
+      for (int c = 0; c < s.d; ++c) v[c] = double(x[r * s.d + c]) * signs[c] / std::sqrt(double(s.d));
+      for (int h = 1; h < s.d; h *= 2)
+        for (int i = 0; i < s.d; i += 2 * h)
+          for (int j = i; j < i + h; ++j) {
+            const double a = v[j], b = v[j + h];
+            v[j] = a + b, v[j + h] = a - b;
+          }
+    }
+    return y;
+  };
+  const auto O = attention_f64(s, to_double(in.Q), to_double(in.K), to_double(in.V));
+  const auto Ot = attention_f64(s, transform64(in.Q), transform64(in.K), to_double(in.V));
+  double worst = 0;
+  for (std::size_t i = 0; i < O.size(); ++i) worst = std::max(worst, std::fabs(O[i] - Ot[i]));
+  CHECK(worst < 1e-12);
+}
+
+TEST_CASE("quantize: scales from the block's (or the tensor's) amax, bytes within u, zeros, NaN refused") {
+  const std::uint64_t seed = course::fresh_seed();
+  CAPTURE(seed);
+  const int heads = 2, N = 300, d = 64;  // 300 rows: blocks of 128, 128 and 44
+  auto x = course::random_uniform(std::size_t(heads) * N * d, seed, -1.0f, 2.0f);
+  x[5 * d + 7] = 300.0f;  // an outlier in the first block of head 0
+  for (int c = 0; c < d; ++c) x[(std::size_t(1) * N + 200) * d + c] = 0.0f;  // a zero row
+  for (Granularity g : {Granularity::tensor, Granularity::block}) {
+    const Quantized q = quantize(x, heads, N, d, g);
+    REQUIRE(q.scale.size() == std::size_t(heads) * 3);
+    for (int h = 0; h < heads; ++h)
+      for (int b = 0; b < 3; ++b) {
+        float amax = 0;
+        for (int r = b * 128; r < std::min(N, b * 128 + 128); ++r)
+          for (int c = 0; c < d; ++c) amax = std::max(amax, std::fabs(x[(std::size_t(h) * N + r) * d + c]));
+        if (g == Granularity::tensor) amax = 300.0f;
+        CHECK(q.scale[h * 3 + b] == amax / 448.0f);
+      }
+    for (int h = 0; h < heads; ++h)
+      for (int r = 0; r < N; ++r)
+        for (int c = 0; c < d; ++c) {
+          const double v = x[(std::size_t(h) * N + r) * d + c], got = q.value(h, r, c), s = q.descale(h, r);
+          CHECK(std::fabs(got - v) <= std::max(kUnitRoundoff * std::fabs(v), std::ldexp(1.0, -10) * s) * (1 + 1e-6));
+        }
+    CHECK(q.value(0, 5, 7) == doctest::Approx(300.0));  // the amax lands on 448 exactly
+  }
+  const Quantized zeros = quantize(std::vector<float>(128 * 64, 0.0f), 1, 128, 64, Granularity::block);
+  CHECK(zeros.scale[0] == 1.0f);
+  CHECK(std::all_of(zeros.bytes.begin(), zeros.bytes.end(), [](std::uint8_t b) { return b == 0; }));
+  x[17] = NAN;
+  CHECK_THROWS_AS(quantize(x, heads, N, d, Granularity::block), course::UsageError);
+  x[17] = INFINITY;
+  CHECK_THROWS_AS(quantize(x, heads, N, d, Granularity::tensor), course::UsageError);
+}
+
+TEST_CASE("Vᵀ: key_position permutes each group of 32 keys; transpose_v puts every byte there, zeros past N") {
+  std::set<int> seen;
+  for (int k = 0; k < 64; ++k) seen.insert(key_position(k));
+  CHECK(seen.size() == 64);
+  CHECK(*seen.rbegin() == 63);
+  CHECK(key_position(0) == 0);
+  CHECK(key_position(8) == 2);   // thread 0's third byte: key 8
+  CHECK(key_position(2) == 4);   // thread 1's first byte: key 2
+  CHECK(key_position(16) == 16);
+  CHECK(key_position(41) == 32 + 3);
+  const int N = 45, d = 64;
+  auto x = course::random_uniform(std::size_t(2) * N * d, course::fresh_seed());
+  const Quantized V = quantize(x, 2, N, d, Granularity::block);
+  const auto t = transpose_v(V);
+  REQUIRE(padded_keys(N) == 64);
+  REQUIRE(t.size() == std::size_t(2) * d * 64);
+  for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < d; ++c) {
+      std::set<int> filled;
+      for (int k = 0; k < N; ++k) {
+        CHECK(t[(std::size_t(h) * d + c) * 64 + key_position(k)] == V.bytes[(std::size_t(h) * N + k) * d + c]);
+        filled.insert(key_position(k));
+      }
+      for (int p = 0; p < 64; ++p)
+        if (!filled.count(p)) CHECK(t[(std::size_t(h) * d + c) * 64 + p] == 0);
+    }
+}
+
+TEST_CASE("plain FP8 attention: near float64; on outlier inputs per-block scales and the Hadamard help") {
+  const std::uint64_t seed = course::fresh_seed();
+  CAPTURE(seed);
+  const Shape s{1, 2, 512, 128, false};
+  for (double outliers : {0.0, 0.001}) {
+    CAPTURE(outliers);
+    const auto in = normal_inputs(s, Dtype::fp16, seed, outliers, 10.0);
+    const auto ref = attention_f64(s, to_double(in.Q), to_double(in.K), to_double(in.V));
+    const auto e16 = errors(plain_16bit(s, in.Q, in.K, in.V, Dtype::fp16), ref);
+    std::vector<double> rmse;
+    for (const Scheme& scheme : schemes()) {
+      const auto q = quantize_inputs(s, in.Q, in.K, in.V, scheme, seed);
+      const auto e = errors(plain_fp8(s, q, Dtype::fp16), ref);
+      INFO(scheme.name() << ": rmse " << e.rmse << ", max " << e.max_abs << " (fp16 rmse " << e16.rmse << ")");
+      CHECK(e.rmse > e16.rmse);         // FP8 loses more than fp16 ...
+      CHECK(e.rmse < 0.05);             // ... but stays an approximation of attention
+      rmse.push_back(e.rmse);
+    }
+    if (outliers > 0) {  // the direction of the FA-3 paper's table: per tensor worst, both remedies best
+      CHECK(rmse[3] < rmse[0]);
+      CHECK(rmse[2] < rmse[0]);
+    }
+  }
+}

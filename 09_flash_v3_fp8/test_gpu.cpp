@@ -1,0 +1,153 @@
+// Stage 09 on the GPU (a Hopper; the tests skip on any other GPU): the quantisation kernels give the
+// CPU's bytes and scales exactly (every scheme, fp16 and bf16, d = 64 and 128, N on both sides of a
+// block); the FP8 attention against float64 (O and L) within twice plain FP8's error, for every
+// scheme, causal or not, any N; large logits and outliers; NaN and inf refused; bad shapes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../03_safe_softmax/test_util.hpp"  // under_sanitizer
+#include "../06_flash_v2/problem.hpp"
+#include "accuracy.hpp"
+#include "check.hpp"
+#include "device_buffer.hpp"
+#include "device_fp8.hpp"
+#include "fp8.hpp"
+#include "kernels.cuh"
+
+using namespace attention;
+using namespace attention::fp8;
+using course::Dtype;
+
+namespace {
+
+struct Run {
+  QuantizedInputs cpu;  // the CPU's quantisation of the same inputs
+  std::vector<std::uint8_t> Q, K, Vt;
+  std::vector<float> q_scale, k_scale, v_scale, O, L;
+};
+
+// Quantises in by `scheme` on the GPU, runs the FP8 attention on poisoned O and L, brings it all back.
+Run run(const Shape& s, Dtype t, const Inputs& in, Scheme scheme, std::uint64_t sign_seed) {
+  Run r;
+  r.cpu = quantize_inputs(s, in.Q, in.K, in.V, scheme, sign_seed);
+  course::DeviceBuffer<std::uint16_t> Q(in.Qh), K(in.Kh), V(in.Vh), O(s.elements());
+  course::DeviceBuffer<float> L(std::size_t(s.heads()) * s.N);
+  Fp8Buffers q(s);
+  O.poison();
+  L.poison();
+  q.Q.poison();
+  q.Vt.poison();
+  launch_quantize(s, t, scheme, r.cpu.signs, Q.get(), K.get(), V.get(), q.view());
+  check_quantized(q.view());
+  launch_attention(s, t, q.view(), O.get(), L.get());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  r.Q = q.Q.download(), r.K = q.K.download(), r.Vt = q.Vt.download();
+  r.q_scale = q.q_scale.download(), r.k_scale = q.k_scale.download(), r.v_scale = q.v_scale.download();
+  r.O = course::to_floats(t, O.download());
+  r.L = L.download();
+  return r;
+}
+
+std::size_t differing(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
+  return n;
+}
+
+void check(const Shape& s, Dtype t, const Inputs& in, Scheme scheme, std::uint64_t seed) {
+  const Run r = run(s, t, in, scheme, seed);
+  // The quantisation: the CPU's bytes and scales, exactly (the same float operations in the same order).
+  CHECK(differing(r.Q, r.cpu.Q.bytes) == 0);
+  CHECK(differing(r.K, r.cpu.K.bytes) == 0);
+  CHECK(differing(r.Vt, transpose_v(r.cpu.V)) == 0);
+  CHECK(r.q_scale == r.cpu.Q.scale);
+  CHECK(r.k_scale == r.cpu.K.scale);
+  CHECK(r.v_scale == r.cpu.V.scale);
+  // The attention: within twice plain FP8's error of float64.
+  const Fp8Reference ref(s, t, in.Q, in.K, in.V, r.cpu);
+  const auto O = ref.check_O(r.O.data()), L = ref.check_L(r.L.data());
+  INFO("O: " << O.summary() << " (plain FP8 " << ref.plain_error_O() << ")\n" << O.first_mismatches);
+  INFO("L: " << L.summary() << " (plain FP8 " << ref.plain_error_L() << ")\n" << L.first_mismatches);
+  CHECK(O.ok());
+  CHECK(L.ok());
+}
+
+}  // namespace
+
+TEST_CASE("every scheme: the CPU's bytes and scales, and O and L within twice plain FP8's error of float64") {
+  const std::vector<int> Ns = softmax::testing::under_sanitizer() ? std::vector<int>{1, 300}
+                                                                   : std::vector<int>{1, 77, 128, 129, 300, 1000};
+  for (Dtype t : {Dtype::fp16, Dtype::bf16})
+    for (int d : {64, 128})
+      for (bool causal : {false, true})
+        for (int N : Ns)
+          for (const Scheme& scheme : schemes()) {
+            const Shape s{1, 3, N, d, causal};
+            const std::uint64_t seed = course::fresh_seed();
+            const Inputs in = make_inputs(s, t, seed);
+            CAPTURE(s.text());
+            const std::string dtype = course::name(t), name = scheme.name();
+            CAPTURE(dtype);
+            CAPTURE(name);
+            CAPTURE(seed);
+            check(s, t, in, scheme, seed);
+          }
+}
+
+TEST_CASE("large logits (Q times 20), FA-3's outlier inputs, many heads and N = 4097") {
+  const std::uint64_t seed = course::fresh_seed();
+  CAPTURE(seed);
+  for (const Scheme& scheme : schemes()) {
+    const std::string name = scheme.name();
+    CAPTURE(name);
+    {
+      const Shape s{2, 2, 513, 128, true};
+      check(s, Dtype::bf16, make_inputs(s, Dtype::bf16, seed, 20.0f), scheme, seed);
+    }
+    {
+      const Shape s{1, 2, 1000, 128, false};
+      const NormalInputs n = normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0);
+      Inputs in;
+      in.Q = n.Q, in.K = n.K, in.V = n.V;
+      std::vector<float> q = n.Q, k = n.K, v = n.V;
+      in.Qh = course::round_in_place(Dtype::fp16, q);
+      in.Kh = course::round_in_place(Dtype::fp16, k);
+      in.Vh = course::round_in_place(Dtype::fp16, v);
+      check(s, Dtype::fp16, in, scheme, seed);
+    }
+    if (!softmax::testing::under_sanitizer()) {
+      const Shape s{4, 16, 4097, 64, true};
+      check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), scheme, seed);
+    }
+  }
+}
+
+TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes and empty shapes refused") {
+  const Shape s{1, 1, 200, 64, false};
+  Inputs in = make_inputs(s, Dtype::fp16, course::fresh_seed());
+  for (float bad : {NAN, INFINITY}) {
+    std::vector<float> k = in.K;
+    k[333] = bad;
+    auto kh = course::round_in_place(Dtype::fp16, k);
+    course::DeviceBuffer<std::uint16_t> Q(in.Qh), K(kh), V(in.Vh);
+    Fp8Buffers q(s);
+    for (const Scheme& scheme : schemes()) {
+      launch_quantize(s, Dtype::fp16, scheme, random_signs(64, 1), Q.get(), K.get(), V.get(), q.view());
+      CHECK_THROWS_AS(check_quantized(q.view()), course::UsageError);
+    }
+  }
+  course::DeviceBuffer<std::uint16_t> X(s.elements()), O(s.elements());
+  course::DeviceBuffer<float> L(s.N);
+  Fp8Buffers q(s);
+  CHECK_THROWS_AS(launch_quantize(s, Dtype::fp32, schemes()[0], {}, X.get(), X.get(), X.get(), q.view()),
+                  course::UsageError);
+  CHECK_THROWS_AS(launch_attention(s, Dtype::fp32, q.view(), O.get(), L.get()), course::UsageError);
+  const Shape s32{1, 1, 200, 32, false};
+  CHECK_THROWS_AS(launch_attention(s32, Dtype::fp16, q.view(), O.get(), L.get()), course::UsageError);
+  const Shape empty{1, 1, 0, 64, false};
+  CHECK_THROWS_AS(launch_attention(empty, Dtype::fp16, q.view(), O.get(), L.get()), course::UsageError);
+}
