@@ -49,6 +49,16 @@ NormalInputs normal_inputs(const Shape& s, course::Dtype t, std::uint64_t seed, 
   return {make(0), make(1), make(2)};
 }
 
+Inputs to_inputs(const NormalInputs& n, course::Dtype t, std::uint64_t seed) {
+  Inputs in;
+  in.seed = seed;
+  in.Q = n.Q, in.K = n.K, in.V = n.V;  // already rounded to t: round_in_place leaves them and gives the bits
+  in.Qh = course::round_in_place(t, in.Q);
+  in.Kh = course::round_in_place(t, in.K);
+  in.Vh = course::round_in_place(t, in.V);
+  return in;
+}
+
 std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
 std::vector<double> attention_f64(const Shape& s, const std::vector<double>& Q, const std::vector<double>& K,

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../06_flash_v2/problem.hpp"    // Inputs
 #include "../06_flash_v2/reference.hpp"  // sample_rows
 #include "compare.hpp"
 #include "dtype.hpp"
@@ -23,6 +24,8 @@ struct NormalInputs {
 };
 NormalInputs normal_inputs(const Shape& s, course::Dtype t, std::uint64_t seed, double outlier_fraction = 0.0,
                            double outlier_sigma = 10.0);
+// The same values as stage 06's Inputs (the values, and the 16-bit bits the GPU gets).
+Inputs to_inputs(const NormalInputs& n, course::Dtype t, std::uint64_t seed);
 
 // O of attention in float64 (softmax(Q·Kᵀ/√d)·V, every head and row), the rows' logsumexp in L.
 std::vector<double> attention_f64(const Shape& s, const std::vector<double>& Q, const std::vector<double>& K,

@@ -69,17 +69,6 @@ Scheme scheme_named(const std::string& name) {
   throw course::UsageError("no scheme '" + name + "' (per_tensor, per_block, per_tensor_hadamard, per_block_hadamard)");
 }
 
-Inputs to_inputs(const NormalInputs& n, Dtype t, std::uint64_t seed) {
-  Inputs in;
-  in.seed = seed;
-  in.Q = n.Q, in.K = n.K, in.V = n.V;
-  std::vector<float> q = n.Q, k = n.K, v = n.V;
-  in.Qh = course::round_in_place(t, q);
-  in.Kh = course::round_in_place(t, k);
-  in.Vh = course::round_in_place(t, v);
-  return in;
-}
-
 // --accuracy: FA-3's table. For N(0, 1) inputs and its outlier inputs, the RMSE and the largest
 // error of O against float64 of: 16-bit attention (stage 08's last rung on the GPU, else plain in the
 // dtype on the CPU) and each FP8 scheme (our kernel on the GPU, and plain FP8 on the CPU).

@@ -110,14 +110,8 @@ TEST_CASE("large logits (Q times 20), FA-3's outlier inputs, many heads and N = 
     }
     {
       const Shape s{1, 2, 1000, 128, false};
-      const NormalInputs n = normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0);
-      Inputs in;
-      in.Q = n.Q, in.K = n.K, in.V = n.V;
-      std::vector<float> q = n.Q, k = n.K, v = n.V;
-      in.Qh = course::round_in_place(Dtype::fp16, q);
-      in.Kh = course::round_in_place(Dtype::fp16, k);
-      in.Vh = course::round_in_place(Dtype::fp16, v);
-      check(s, Dtype::fp16, in, scheme, seed);
+      check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed), scheme,
+            seed);
     }
     if (!softmax::testing::under_sanitizer()) {
       const Shape s{4, 16, 4097, 64, true};
