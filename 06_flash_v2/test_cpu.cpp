@@ -95,12 +95,13 @@ TEST_CASE("large logits: Q times 30 overflows a naive exp, FlashAttention-2 stay
     const std::string dtype = course::name(t);
           CAPTURE(dtype);
     CAPTURE(in.seed);
-    double max_score = 0.0;  // row 0's largest scaled score: its exp overflows a float
-    for (int j = 0; j < s.N; ++j) {
-      double dot = 0.0;
-      for (int k = 0; k < s.d; ++k) dot += double(in.Q[k]) * in.K[std::size_t(j) * s.d + k];
-      max_score = std::max(max_score, dot / 8.0);
-    }
+    double max_score = 0.0;  // the largest scaled score of any row: its exp overflows a float
+    for (int i = 0; i < s.N; ++i)  // (one row's alone need not: a row with a small q can stay below)
+      for (int j = 0; j < s.N; ++j) {
+        double dot = 0.0;
+        for (int k = 0; k < s.d; ++k) dot += double(in.Q[std::size_t(i) * s.d + k]) * in.K[std::size_t(j) * s.d + k];
+        max_score = std::max(max_score, dot / 8.0);
+      }
     CHECK(std::isinf(std::exp(float(max_score))));
     check_run(s, t, in, run_counted(s, t, Tiles{128, 64}, in));
   }
