@@ -37,6 +37,7 @@ struct Params {
   int N;
   bool causal;
   float scale;  // 1/√d
+  int Nk;       // keys at or past Nk are hidden: N, except in stage 10, whose chunks end in padding rows
 };
 
 __device__ inline int lane_id() { return threadIdx.x % 32; }
@@ -395,7 +396,7 @@ inline Params params(const void* Q, const void* K, const void* V, void* O, float
                      bool causal, int d) {
   return {static_cast<const uint16_t*>(Q), static_cast<const uint16_t*>(K),
           static_cast<const uint16_t*>(V), static_cast<uint16_t*>(O), L, N, causal,
-          1.0f / std::sqrt(float(d))};
+          1.0f / std::sqrt(float(d)), N};
 }
 
 // A kernel's compile-time configuration: the 16-bit type and the head dimension.

@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       uint32_t P[1][NT / 2][4];
       auto mask = [&](int b) {  // the b-th key block visited: j = blocks − 1 − b
         const int j = blocks - 1 - b;
-        if (needs_mask(j, wg_row0, p.N, p.causal)) tc::mask_scores(S, warp_row0, j * kBc, p.N, p.causal);
+        if (needs_mask(j, wg_row0, p.Nk, p.causal)) tc::mask_scores(S, warp_row0, j * kBc, p.Nk, p.causal);
       };
 
       for (int b = 0; b < b0; ++b) {  // an empty turn; the slots back once their loads landed
@@ -221,9 +221,13 @@ int* tile_counter_once() {
 }  // namespace
 
 namespace fa3 {
-int* tile_counter() {
-  static int* const counter = tile_counter_once();
-  return counter;
+int* tile_counter() {  // one a GPU: stage 10 drives several from one process
+  static int* counters[64] = {};
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  course::require(device < 64, "tile_counter: more than 64 GPUs");
+  if (!counters[device]) counters[device] = tile_counter_once();
+  return counters[device];
 }
 }  // namespace fa3
 
@@ -231,9 +235,12 @@ namespace {
 
 // The tuned rung at compile-time settings; kStagesOr0 = 0: 3 at d = 64, 2 at d = 128; kWG64: the
 // consumer warpgroups at d = 64 (two at d = 128); kTmaStore: O written out by TMA stores.
+// Nk: keys at or past it are hidden (s.N but for stage 10's chunks, whose last rows may be padding).
 template <int kStagesOr0, int kPolyEvery64, int kLazyLog2, bool kPersistent, int kWG64 = 3, bool kTmaStore = true>
 void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
-                  void* O, float* L) {
+                  void* O, float* L, int Nk = -1) {
+  if (Nk < 0) Nk = s.N;
+  course::require(Nk >= 1 && Nk <= s.N, std::string(name) + ": the visible keys Nk must be 1..N");
   tc::dispatch(name, s, t, [&](auto config) {
     using C = decltype(config);
     fa3::require_hopper(name);
@@ -249,7 +256,9 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
     const unsigned persistent = fa3::persistent_grid(s, name, Br);  // checks the number of tiles too
     const unsigned grid = kPersistent ? persistent : unsigned((s.N + Br - 1) / Br) * unsigned(s.heads());
     int* next_tile = fa3::tile_counter();  // 0: the last launch reset it
-    kernel<<<grid, 128 * (kWG + 1), bytes>>>(m.Q, m.K, m.V, mapO, tc::params(Q, K, V, O, L, s.N, s.causal, C::D), s.heads(), next_tile);
+    tc::Params p = tc::params(Q, K, V, O, L, s.N, s.causal, C::D);
+    p.Nk = Nk;
+    kernel<<<grid, 128 * (kWG + 1), bytes>>>(m.Q, m.K, m.V, mapO, p, s.heads(), next_tile);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -259,6 +268,10 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
 void launch_fa3_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                       float* L) {
   launch_tuned<0, 0, 0, true>("tuned", s, t, Q, K, V, O, L);
+}
+void launch_fa3_tuned_keys(const Shape& s, int Nk, course::Dtype t, const void* Q, const void* K, const void* V,
+                           void* O, float* L) {
+  launch_tuned<0, 0, 0, true>("tuned", s, t, Q, K, V, O, L, Nk);
 }
 
 // Ablations of rung 6, each with one setting changed (chapter 08's table).

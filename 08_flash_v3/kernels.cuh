@@ -37,6 +37,10 @@ void launch_fa3_overlap_no_ws(const Shape& s, course::Dtype t, const void* Q, co
 
 void launch_fa3_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                       float* L);
+// The same with the keys at or past Nk (1 ≤ Nk ≤ N) hidden, as keys past N are: stage 10 pairs a
+// chunk of queries with a chunk of keys, both stored as N rows, whose last rows may be padding.
+void launch_fa3_tuned_keys(const Shape& s, int Nk, course::Dtype t, const void* Q, const void* K, const void* V,
+                           void* O, float* L);
 // Tests: the persistent rungs (6, 7) launch at most `blocks` blocks (0: one a SM, the default), so
 // that every block takes many tiles even at small shapes.
 void fa3_set_grid_cap(int blocks);

@@ -41,7 +41,8 @@ class Bench {
   void record_counted(Row& row, const IoCount& io, const Comparison& check);
 
   // The GPU run of a variant: `launch` enqueues it (on output the caller has poisoned), `check`
-  // compares its result with the reference; then timing (median of --reps, L2 flushed before each)
+  // compares its result with the reference (an empty `check`: a run that times a part of the work
+  // and has no result of its own to check); then timing (median of --reps, L2 flushed before each)
   // in --rounds rounds, each followed by --between-rounds' command; with --kernel-time, in the
   // first round, the kernel time (kernel_time.hpp); then the counters. Fills the row's GPU columns
   // (round 1's time); add() then adds a row for each further round.

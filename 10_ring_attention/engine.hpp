@@ -1,0 +1,72 @@
+// Stage 10 on the GPUs (engine.cu): the ring of split.hpp run by one process that drives every
+// GPU. Each rank keeps its chunks of Q and its running (O, L); its K/V shard travels: at step s the
+// rank computes its pairs against the shard in hand (stage 08's last rung, one launch a pair, then
+// the ⊕ of merge.hpp), while the shard moves one rank on, into the other of two buffers.
+//
+// Why one process for all GPUs, not one a GPU (as torchrun starts them): the course's programs stay
+// one program (its options, its table, its checks), NCCL's ncclCommInitAll makes every rank's
+// communicator at once, and the sends and receives of all ranks go into one ncclGroupStart/End.
+// The price: one thread launches every GPU's kernels in turn (a few microseconds each, against
+// pairs of milliseconds), and one process failing takes every rank with it. A framework runs one
+// process a GPU so that ranks can sit on different machines; what travels is the same.
+//
+// Transport::nccl: rank r on GPU r, ncclSend/ncclRecv on a stream of its own. Transport::copies:
+// all G ranks on one GPU, a device-to-device copy in place of each send/receive pair (the tests'
+// single-GPU mode: the same schedule, buffers and merges, on the GPU that a machine has).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ring.hpp"
+
+namespace ring {
+
+enum class Transport { nccl, copies };
+// What forward() runs: all of it; the attention and merges alone (every rank computes on the shard it
+// holds, nothing travels: the compute time); the transfers alone.
+enum class Part { all, compute, transfers };
+
+bool built_with_nccl();
+// The GPUs this process sees (0 when none).
+int gpu_count();
+
+class Engine {
+ public:
+  // Throws UsageError when the transport cannot run here: nccl needs G GPUs and a build with NCCL.
+  Engine(const Split& split, const Shape& s, course::Dtype t, Transport transport);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Q, K, V: the whole sequence in stage 06's layout (B·H heads of N rows × d), bits of the dtype.
+  // Scattered into the ranks' chunks; padding rows are zero.
+  void upload(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V);
+  // Fills every rank's O and L with NaN, so that a row the ring never writes fails the check.
+  void poison();
+  // Enqueues one forward pass on every rank. GPU 0's default stream waits for all of it, so that a
+  // timer on GPU 0 (events, Bench) spans the whole ring.
+  void forward(Part part = Part::all);
+  // Waits on the host for the last forward, at most timeout_s seconds; then (a rank that never got
+  // its shard) aborts the communicators and throws.
+  void wait(double timeout_s = 60.0) const;
+  // O (bits of the dtype) and L of the whole sequence, gathered from the ranks (after wait()).
+  void download(std::uint16_t* O, float* L) const;
+  // Each rank's timeline in the last forward (ms, from its events): its span, from the start to its
+  // O; the time its transfers took (from the moment its stream could send to the shard's arrival);
+  // and the time its compute stood waiting for a shard (arrival after the step's pairs were done).
+  // hidden = 1 − waited / transfers: the share of the transfers under the compute.
+  struct Timeline {
+    float span_ms = 0, transfers_ms = 0, waited_ms = 0;
+  };
+  std::vector<Timeline> timeline() const;
+  // Bytes each rank sent in the last forward (what the ring's calls asked to move).
+  std::vector<std::uint64_t> bytes_sent() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ring

@@ -1,0 +1,248 @@
+// 10_ring_attention: one sequence across G GPUs. Each rank keeps its chunks of Q; the K/V shards go
+// round the ring over NCCL, one hop a step, while each rank computes its queries against the shard in
+// hand (stage 08's last rung) and merges the partial (O, L) by ⊕. Rows, for each problem:
+//   single                 stage 08's last rung on the whole sequence on one GPU (the same total work)
+//   ring, zigzag           the ring over NCCL on G GPUs (zigzag: 2 chunks a rank, r and 2G − 1 − r)
+//   <layout>_compute       the same ring with nothing sent (each rank computes on the shard it holds)
+//   <layout>_transfers     the same ring's transfers alone
+//   <layout>_copies        G ranks on one GPU, device copies in place of NCCL (runs on any Hopper)
+// and a summary: each rank's time, the scaling against `single`, the share of the transfers hidden
+// under the compute. docs/10_ring_attention.md explains.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "../06_flash_v2/problem.hpp"
+#include "../06_flash_v2/reference.hpp"
+#include "../08_flash_v3/variants.hpp"
+#include "bench.hpp"
+#include "check.hpp"
+#include "counters.hpp"
+#include "dtype.hpp"
+#include "gpu.hpp"
+#include "options.hpp"
+#include "ring.hpp"
+#if COURSE_HAS_HOPPER
+#include "../06_flash_v2/device_run.hpp"
+#include "engine.hpp"
+#endif
+
+using namespace attention;
+using course::Dtype;
+
+namespace {
+
+std::string why_no_hopper() {
+  if (!COURSE_HAS_HOPPER) return "this build has no sm_90a kernels (they need nvcc 12 or newer)";
+  const auto& g = course::gpu();
+  if (!g.available) return g.why_not;
+  if (g.cc_major != 9 || g.cc_minor != 0)
+    return "stage 10 runs stage 08's kernel, which needs a Hopper GPU (sm_90); this is " + g.name;
+  return "";
+}
+
+struct Layout {
+  std::string name;  // "ring" or "zigzag"
+  bool zigzag;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"10_ring_attention: one sequence across GPUs, K/V round a ring over NCCL, merged by ⊕"};
+  course::CommonOptions options;
+  Shape base;
+  base.B = 1;
+  base.H = 4;
+  base.d = 128;
+  std::vector<int> seq = {4096};
+  std::vector<std::string> dtype_names = {"fp16"};
+  std::vector<std::string> layout_names = {"ring", "zigzag"};
+  int gpus = 0, virtual_ranks = 4;
+  double timeout = 60.0;
+  course::add_common_options(app, options);
+  app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
+  app.add_option("--heads", base.H, "Heads H")->check(course::whole_number(1))->capture_default_str();
+  app.add_option("--seq", seq, "Sequence lengths N (the whole sequence), comma-separated")
+      ->delimiter(',')
+      ->check(course::whole_number(1))
+      ->capture_default_str();
+  app.add_option("--d", base.d, "Head dimension d (64 or 128)")->check(CLI::IsMember({64, 128}))->capture_default_str();
+  app.add_flag("--causal", base.causal, "Causal mask: query i sees keys j <= i");
+  app.add_option("--dtype", dtype_names, "Q, K, V and O's type, comma-separated (fp16, bf16)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp16", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--layouts", layout_names, "ring (a chunk a rank), zigzag (chunks r and 2G-1-r)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"ring", "zigzag"}))
+      ->capture_default_str();
+  app.add_option("--gpus", gpus, "Ranks over NCCL, one a GPU (default: every GPU, when there are 2 or more)")
+      ->check(course::whole_number(1));
+  app.add_option("--virtual-ranks", virtual_ranks, "Ranks of the *_copies rows, all on GPU 0")
+      ->check(course::whole_number(1))
+      ->capture_default_str();
+  app.add_option("--timeout", timeout, "Seconds a checked forward may take before the ring is aborted")
+      ->check(course::number(0.0))
+      ->capture_default_str();
+  if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
+
+  return course::run_program("10_ring_attention", [&]() -> int {
+    std::vector<Layout> layouts;
+    for (const auto& n : layout_names) layouts.push_back({n, n == "zigzag"});
+    std::vector<std::string> variants = {"single"};
+    for (const Layout& l : layouts)
+      for (const char* suffix : {"", "_compute", "_transfers", "_copies"}) variants.push_back(l.name + suffix);
+    course::finish_common_options(options, variants);
+    // The hardware counters would read GPU 0 alone, over replays of a launch that drives every GPU:
+    // the ring's IO here is the bytes it sends, in the model and counted.
+    course::disable_counters("stage 10 drives several GPUs in one launch; the counters would read GPU 0 alone");
+    require_supported(base);
+    std::vector<Dtype> dtypes;
+    for (const auto& name : dtype_names) dtypes.push_back(course::parse_dtype(name));
+    course::Bench bench("10_ring_attention", options);
+    if (bench.use_gpu())
+      if (const std::string why = why_no_hopper(); !why.empty()) bench.disable_gpu(why);
+    int G = gpus;
+    std::vector<std::string> notes;
+    [[maybe_unused]] bool nccl_runs = false;
+#if COURSE_HAS_HOPPER
+    const int have = bench.use_gpu() ? ring::gpu_count() : 0;
+    if (G == 0) G = std::max(2, have);
+    course::require(!bench.use_gpu() || gpus == 0 || gpus <= have,
+                    "--gpus " + std::to_string(gpus) + ": this machine has " + std::to_string(have) + " GPU(s)");
+    nccl_runs = bench.use_gpu() && ring::built_with_nccl() && have >= 2 && G >= 2;
+    if (bench.use_gpu() && !nccl_runs)
+      notes.push_back(!ring::built_with_nccl() ? "ring/zigzag over NCCL: n/a, built without NCCL (set COURSE_NCCL_ROOT)"
+                                               : "ring/zigzag over NCCL: n/a, this machine has " + std::to_string(have) +
+                                                     " GPU (the *_copies rows run the ring on one)");
+#else
+    if (G == 0) G = 2;
+#endif
+    const std::vector<std::string> runs = options.variants.empty() ? variants : options.variants;
+    std::vector<std::string> summary;
+    for (int N : seq)
+      for (Dtype t : dtypes) {
+        Shape s = base;
+        s.N = N;
+        require_supported(s);
+        course::require(s.d == 64 || s.d == 128, "stage 10 runs d = 64 or 128, not d = " + std::to_string(s.d));
+        const std::string problem = s.text() + " " + course::name(t);
+        bench.progress(problem, "inputs and the float64 reference");
+        const Inputs in = make_inputs(s, t, options.seed);
+        std::optional<Reference> ref;
+        auto reference = [&]() -> const Reference& {
+          if (!ref) ref.emplace(s, t, in.Q.data(), in.K.data(), in.V.data());
+          return *ref;
+        };
+        std::optional<double> single_ms;
+        for (const std::string& name : runs) {
+          const bool is_single = name == "single";
+          const Layout layout = is_single ? Layout{"single", false}
+                                          : *std::find_if(layouts.begin(), layouts.end(), [&](const Layout& l) {
+                                              return name.rfind(l.name, 0) == 0;
+                                            });
+          const std::string suffix = is_single ? "" : name.substr(layout.name.size());
+          const int ranks = is_single ? 1 : suffix == "_copies" ? virtual_ranks : G;
+          const ring::Split split(N, ranks, layout.zigzag);  // throws when N does not split
+          course::Row row = bench.row(name, s.text() + (is_single ? "" : " " + split.text()));
+          row.dtype = course::name(t);
+          row.size = N;
+          if (suffix != "_transfers") row.flops = s.flops();
+          if (!is_single) {
+            row.io_model_bytes = double(ring::forward_bytes_sent(split, s, t));  // a rank's sends
+            const ring::Traffic counted = ring::ring_traffic(split, s, t);
+            row.io_counted_bytes = double(*std::max_element(counted.sent.begin(), counted.sent.end()));
+          }
+#if COURSE_HAS_HOPPER
+          const bool runs_here = bench.use_gpu() && (is_single || suffix == "_copies" || nccl_runs);
+          if (runs_here && is_single) {
+            DeviceRun dev(s, t, in);
+            dev.poison();
+            const V2Variant& v = v3_variant("tuned");
+            bench.measure_gpu(row, [&] { v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get()); }, [&] {
+              const auto O = dev.O_values(t);
+              auto c = reference().check_O(O.data());
+              const auto L = reference().check_L(dev.L.download().data());
+              if (!L.ok()) c.bad += L.bad + 1, c.first_mismatches += "  L: " + L.summary() + "\n";
+              return c;
+            });
+            single_ms = row.ms;
+          } else if (runs_here) {
+            const ring::Transport transport = suffix == "_copies" ? ring::Transport::copies : ring::Transport::nccl;
+            const ring::Part part = suffix == "_compute"     ? ring::Part::compute
+                                    : suffix == "_transfers" ? ring::Part::transfers
+                                                             : ring::Part::all;
+            ring::Engine engine(split, s, t, transport);
+            engine.upload(in.Qh.data(), in.Kh.data(), in.Vh.data());
+            engine.poison();
+            if (part != ring::Part::all) {  // a part of the work, timed; no result to check
+              engine.forward(part);
+              engine.wait(timeout);  // a ring that hangs fails here, not in the timer
+            }
+            std::function<course::Comparison()> check;
+            if (part == ring::Part::all)
+              check = [&] {
+                  engine.wait(timeout);
+                  std::vector<std::uint16_t> O(s.elements());
+                  std::vector<float> L(std::size_t(s.heads()) * N);
+                  engine.download(O.data(), L.data());
+                  const auto Of = course::to_floats(t, O);
+                  auto c = reference().check_O(Of.data());
+                  const auto Lc = reference().check_L(L.data());
+                  if (!Lc.ok()) c.bad += Lc.bad + 1, c.first_mismatches += "  L: " + Lc.summary() + "\n";
+                  return c;
+                };
+            bench.measure_gpu(row, [&] { engine.forward(part); }, check);
+            if (part == ring::Part::all && transport == ring::Transport::nccl) {
+              // Each rank's timeline, the median of --reps more forwards (no L2 flush between them).
+              std::vector<std::vector<ring::Engine::Timeline>> reps;
+              for (int i = 0; i < options.reps; ++i) {
+                engine.forward();
+                reps.push_back(engine.timeline());
+              }
+              auto median = [&](int r, float ring::Engine::Timeline::*field) {
+                std::vector<float> v;
+                for (const auto& rep : reps) v.push_back(rep[std::size_t(r)].*field);
+                std::sort(v.begin(), v.end());
+                return v.empty() ? 0.0f : v[v.size() / 2];
+              };
+              std::string line = problem + " " + split.text() + ": ";
+              char text[160];
+              for (int r = 0; r < ranks; ++r) {
+                const float span = median(r, &ring::Engine::Timeline::span_ms),
+                            moved = median(r, &ring::Engine::Timeline::transfers_ms),
+                            waited = median(r, &ring::Engine::Timeline::waited_ms);
+                std::snprintf(text, sizeof text, "%srank %d %.3f ms (transfers %.3f ms, %.0f GB/s; waited %.3f ms: %.0f%% hidden)",
+                              r ? "; " : "", r, span, moved, moved > 0 ? 1e-6 * double(ring::shard_bytes(split, s, t)) * (ranks - 1) / moved : 0.0,
+                              waited, moved > 0 ? 100.0 * (1.0 - waited / moved) : 0.0);
+                line += text;
+              }
+              if (single_ms && row.ms) {
+                std::snprintf(text, sizeof text, "; scaling %.1f%% of ideal (single / (G x ring))",
+                              100.0 * *single_ms / (ranks * *row.ms));
+                line += text;
+              }
+              summary.push_back(line);
+            }
+          }
+#endif
+          bench.add(row);
+        }
+      }
+    notes.insert(notes.begin(),
+                 {"single: stage 08's last rung on the whole sequence, one GPU; ring/zigzag: over NCCL, one GPU a rank",
+                  "*_compute: no transfers; *_transfers: the transfers alone; *_copies: the ranks on one GPU",
+                  "model and counted IO: the bytes one rank sends over the forward (K and V of its chunks, padding rows "
+                  "too, G - 1 times); no hardware counters (they would read GPU 0 alone)"});
+    for (const auto& line : summary) notes.push_back(line);
+    char title[256];
+    std::snprintf(title, sizeof title, "10_ring_attention on %s, G = %d, seed %llu", course::device_label().c_str(), G,
+                  static_cast<unsigned long long>(options.seed));
+    return bench.finish(title, notes);
+  });
+}
