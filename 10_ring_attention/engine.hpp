@@ -10,9 +10,11 @@
 // pairs of milliseconds), and one process failing takes every rank with it. A framework runs one
 // process a GPU so that ranks can sit on different machines; what travels is the same.
 //
-// Transport::nccl: rank r on GPU r, ncclSend/ncclRecv on a stream of its own. Transport::copies:
-// all G ranks on one GPU, a device-to-device copy in place of each send/receive pair (the tests'
-// single-GPU mode: the same schedule, buffers and merges, on the GPU that a machine has).
+// Transport::nccl: rank r on GPU r, ncclSend/ncclRecv on a stream of its own. Transport::peer: rank
+// r on GPU r, each rank pulls the shard from rank r − 1 with cudaMemcpyPeerAsync over NVLink: the
+// GPUs' copy engines move it, where NCCL's kernels use SMs (the comparison of chapter 10).
+// Transport::copies: all G ranks on one GPU, a device-to-device copy in place of each send/receive
+// pair (the tests' single-GPU mode: the same schedule, buffers and merges, on the GPU a machine has).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,7 @@
 
 namespace ring {
 
-enum class Transport { nccl, copies };
+enum class Transport { nccl, peer, copies };
 // What forward() runs: all of it; the attention and merges alone (every rank computes on the shard it
 // holds, nothing travels: the compute time); the transfers alone.
 enum class Part { all, compute, transfers };
@@ -61,6 +63,8 @@ class Engine {
     float span_ms = 0, transfers_ms = 0, waited_ms = 0;
   };
   std::vector<Timeline> timeline() const;
+  // The host's time (ms) to enqueue the last forward: launches, NCCL's group, the event calls.
+  double enqueue_ms() const;
   // Bytes each rank sent in the last forward (what the ring's calls asked to move).
   std::vector<std::uint64_t> bytes_sent() const;
 

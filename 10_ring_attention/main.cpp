@@ -5,6 +5,7 @@
 //   ring, zigzag           the ring over NCCL on G GPUs (zigzag: 2 chunks a rank, r and 2G − 1 − r)
 //   <layout>_compute       the same ring with nothing sent (each rank computes on the shard it holds)
 //   <layout>_transfers     the same ring's transfers alone
+//   <layout>_peer          the same ring, each shard pulled by cudaMemcpyPeerAsync (copy engines, no SMs)
 //   <layout>_copies        G ranks on one GPU, device copies in place of NCCL (runs on any Hopper)
 // and a summary: each rank's time, the scaling against `single`, the share of the transfers hidden
 // under the compute. docs/10_ring_attention.md explains.
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
     for (const auto& n : layout_names) layouts.push_back({n, n == "zigzag"});
     std::vector<std::string> variants = {"single"};
     for (const Layout& l : layouts)
-      for (const char* suffix : {"", "_compute", "_transfers", "_copies"}) variants.push_back(l.name + suffix);
+      for (const char* suffix : {"", "_compute", "_transfers", "_peer", "_copies"}) variants.push_back(l.name + suffix);
     course::finish_common_options(options, variants);
     // The hardware counters would read GPU 0 alone, over replays of a launch that drives every GPU:
     // the ring's IO here is the bytes it sends, in the model and counted.
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
             row.io_counted_bytes = double(*std::max_element(counted.sent.begin(), counted.sent.end()));
           }
 #if COURSE_HAS_HOPPER
-          const bool runs_here = bench.use_gpu() && (is_single || suffix == "_copies" || nccl_runs);
+          const bool runs_here = bench.use_gpu() && (is_single || suffix == "_copies" || (suffix == "_peer" ? have >= G : nccl_runs));
           if (runs_here && is_single) {
             DeviceRun dev(s, t, in);
             dev.poison();
@@ -173,7 +174,9 @@ int main(int argc, char** argv) {
             });
             single_ms = row.ms;
           } else if (runs_here) {
-            const ring::Transport transport = suffix == "_copies" ? ring::Transport::copies : ring::Transport::nccl;
+            const ring::Transport transport = suffix == "_copies" ? ring::Transport::copies
+                                              : suffix == "_peer"   ? ring::Transport::peer
+                                                                    : ring::Transport::nccl;
             const ring::Part part = suffix == "_compute"     ? ring::Part::compute
                                     : suffix == "_transfers" ? ring::Part::transfers
                                                              : ring::Part::all;
@@ -198,7 +201,7 @@ int main(int argc, char** argv) {
                   return c;
                 };
             bench.measure_gpu(row, [&] { engine.forward(part); }, check);
-            if (part == ring::Part::all && transport == ring::Transport::nccl) {
+            if (part == ring::Part::all && transport != ring::Transport::copies) {
               // Each rank's timeline, the median of --reps more forwards (no L2 flush between them).
               std::vector<std::vector<ring::Engine::Timeline>> reps;
               for (int i = 0; i < options.reps; ++i) {
@@ -211,7 +214,7 @@ int main(int argc, char** argv) {
                 std::sort(v.begin(), v.end());
                 return v.empty() ? 0.0f : v[v.size() / 2];
               };
-              std::string line = problem + " " + split.text() + ": ";
+              std::string line = problem + " " + name + " " + split.text() + ": ";
               char text[160];
               for (int r = 0; r < ranks; ++r) {
                 const float span = median(r, &ring::Engine::Timeline::span_ms),
@@ -222,6 +225,8 @@ int main(int argc, char** argv) {
                               waited, moved > 0 ? 100.0 * (1.0 - waited / moved) : 0.0);
                 line += text;
               }
+              std::snprintf(text, sizeof text, "; enqueue %.3f ms", engine.enqueue_ms());
+              line += text;
               if (single_ms && row.ms) {
                 std::snprintf(text, sizeof text, "; scaling %.1f%% of ideal (single / (G x ring))",
                               100.0 * *single_ms / (ranks * *row.ms));
@@ -235,7 +240,8 @@ int main(int argc, char** argv) {
         }
       }
     notes.insert(notes.begin(),
-                 {"single: stage 08's last rung on the whole sequence, one GPU; ring/zigzag: over NCCL, one GPU a rank",
+                 {"single: stage 08's last rung on the whole sequence, one GPU; ring/zigzag: over NCCL, one GPU a rank; "
+                  "*_peer: the shards pulled by the copy engines (cudaMemcpyPeerAsync) instead of NCCL",
                   "*_compute: no transfers; *_transfers: the transfers alone; *_copies: the ranks on one GPU",
                   "model and counted IO: the bytes one rank sends over the forward (K and V of its chunks, padding rows "
                   "too, G - 1 times); no hardware counters (they would read GPU 0 alone)"});
