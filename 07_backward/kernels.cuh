@@ -21,6 +21,9 @@ struct BackwardArgs {
   // Pᵀ, then dSᵀ (B·H·N² floats).
   void *P = nullptr, *dS = nullptr;
   float *work = nullptr, *T = nullptr;
+  // The key-outer passes on the tensor cores (tc, tuned, wide, split): keys at or past Nk are
+  // hidden, as keys past N are; 0: Nk = N. Stage 10's chunks of keys end in padding rows.
+  int Nk = 0;
 };
 
 // D = rowsum(dO ∘ O), one float a row; and dQacc = 0 when dQacc is not null (preprocess.cu).

@@ -152,8 +152,8 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
     float St[MT][NT][4] = {}, dPt[MT][NT][4] = {};
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(St, kf, Qs(b));
     else qk_smem_q<T, D, MT, NT>(St, Ks, 16 * MT * warp, Qs(b));
-    const bool mask = COURSE_BLOCK_NEEDS_MASK(row0, key0 + Bc, p.N, p.causal);
-    if (mask) mask_scores<true>(St, key0 + 16 * MT * warp, row0, p.N, p.causal);  // Sᵀ: keys in rows
+    const bool mask = COURSE_BLOCK_NEEDS_MASK(row0, key0 + Bc, p.Nk, p.causal);  // Nk: N but in stage 10
+    if (mask) mask_scores<true>(St, key0 + 16 * MT * warp, row0, p.Nk, p.causal);  // Sᵀ: keys in rows
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(dPt, vf, dOs(b));
     else qk_smem_q<T, D, MT, NT>(dPt, Vs, 16 * MT * warp, dOs(b));
     softmax_backward_t(St, dPt, Ls(b), Ds(b), c);
@@ -313,7 +313,7 @@ void launch_key_outer(const char* what, const Shape& s, course::Dtype t, const B
     auto run = [&](auto kernel) {
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(F::kBytes)));
       const dim3 grid((s.N + F::Bc - 1) / F::Bc, s.heads());
-      kernel<<<grid, F::kThreads, F::kBytes>>>(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D),
+      kernel<<<grid, F::kThreads, F::kBytes>>>(bwd::with_keys(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D), a),
                                                static_cast<const uint16_t*>(a.dO), a.L, a.D, a.dQacc,
                                                static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
       CUDA_CHECK_LAUNCH();

@@ -5,10 +5,18 @@
 #pragma once
 
 #include "../06_flash_v2/tc_common.cuh"
+#include "kernels.cuh"
 
 namespace attention::bwd {
 
 using namespace attention::tc;
+
+// The kernel's parameters with the key count of the call (BackwardArgs::Nk; 0 leaves N).
+inline Params with_keys(Params p, const BackwardArgs& a) {
+  course::require(a.Nk >= 0 && a.Nk <= p.N, "the backward's key count Nk must be 0 (all) to N");
+  if (a.Nk > 0) p.Nk = a.Nk;
+  return p;
+}
 
 // Br floats of L and D from row0 into shared memory, 4 bytes a thread (their rows need not start
 // on 16 bytes). Query rows past N (rows >= `rows`) are masked, as the dQ pass and the fp32 kernel

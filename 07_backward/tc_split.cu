@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(256, 1) flash_backward_split(Params p, const u
     mma_abt<T, D, MT, NT>(St, smem0, k_at, q_at);
     // The mask before dPᵀ's mma's, then Pᵀ = exp(scale·Sᵀ − L) and dSᵀ = Pᵀ ∘ (dPᵀ − D), as in
     // tc_backward.cu (one basic block: the exps and the mma's interleave).
-    const bool mask = COURSE_BLOCK_NEEDS_MASK(row0, key0 + Bc, p.N, p.causal);
-    if (mask) mask_scores<true>(St, key0 + 32 * wk, row0 + 32 * wq, p.N, p.causal);  // Sᵀ: keys in rows
+    const bool mask = COURSE_BLOCK_NEEDS_MASK(row0, key0 + Bc, p.Nk, p.causal);  // Nk: N but in stage 10
+    if (mask) mask_scores<true>(St, key0 + 32 * wk, row0 + 32 * wq, p.Nk, p.causal);  // Sᵀ: keys in rows
     mma_abt<T, D, MT, NT>(dPt, smem0, k_at + kKV, q_at + kQdO);
     softmax_backward_t(St, dPt, Ls(b) + 32 * wq, Ds(b) + 32 * wq, c);
 
@@ -240,7 +240,7 @@ void launch_flash_backward_split(const Shape& s, course::Dtype t, const Backward
       auto run = [&](auto kernel) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBytes)));
         const dim3 grid((s.N + bwd::Split::Bc - 1) / bwd::Split::Bc, s.heads());
-        kernel<<<grid, bwd::Split::kThreads, kBytes>>>(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D),
+        kernel<<<grid, bwd::Split::kThreads, kBytes>>>(bwd::with_keys(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D), a),
                                                        static_cast<const uint16_t*>(a.dO), a.L, a.D, a.dQacc,
                                                        static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
         CUDA_CHECK_LAUNCH();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 #include <nccl.h>
 #endif
 
+#include "../07_backward/kernels.cuh"
 #include "../08_flash_v3/kernels.cuh"
 #include "check.hpp"
 #include "device_buffer.hpp"
@@ -68,8 +70,16 @@ struct RankState {
   cudaEvent_t begin = nullptr, finished = nullptr;  // the rank's span in the last forward
   // Step s: its pairs done; its transfer free to start (the stream past its waits); the shard in place.
   std::vector<cudaEvent_t> computed, sending, arrived;
-  course::DeviceBuffer<std::uint16_t> q, kv[2], op, o;  // kv[b]: K's chunks, then V's
+  // kv[0]: the rank's own shard (K's chunks, then V's), never overwritten, so that every pass (a
+  // second forward, the backward) starts from it; kv[1], kv[2]: the shards passing through, in turn.
+  course::DeviceBuffer<std::uint16_t> q, kv[3], op, o;
   course::DeviceBuffer<float> o_acc, l_acc, lp;
+  // The backward (allocated by upload_dO): dO and D of its query chunks, dQ summed in float (dQacc)
+  // and in the dtype, dK and dV of the shard in hand summed in float (dkv[b]: dK's chunks, then
+  // dV's; two buffers, as kv), each pair's dK and dV (dpart), and its own dK, dV at the end.
+  course::DeviceBuffer<std::uint16_t> dO, dQ, dpart, dK, dV;
+  course::DeviceBuffer<float> D, dQacc, dkv[2];
+  std::vector<cudaEvent_t> dkv_sending, dkv_arrived;
 #if COURSE_HAS_NCCL
   ncclComm_t comm = nullptr;
 #endif
@@ -93,61 +103,83 @@ struct Engine::Impl {
   Impl(const Split& sp, const Shape& shape, course::Dtype dtype, Transport tr)
       : split(sp), s(shape), t(dtype), transport(tr), ranks(std::size_t(sp.G())), sent(std::size_t(sp.G()), 0) {}
 
-  // The transfers of one step, enqueued on every rank's transfer stream after the rank's previous
-  // pairs (whose buffer the incoming shard overwrites): the shard in slot `from` goes to rank r + 1's
-  // slot `to`.
-  void transfer(int step, int from, int to) {
+  using Events = std::vector<cudaEvent_t> RankState::*;
+  using Buffer = std::function<void*(RankState&)>;
+
+  // One pass round the ring at `step`: every rank's buffer src to rank r + 1's buffer dst, `bytes`
+  // each, on the transfer streams, once the rank's `ready` event of step `ready_step` is reached
+  // (its compute done with dst, and src complete; none when ready_step < 0). Marks sending[step]
+  // and arrived[step]. A transfer stream runs its passes in order, so a pass never overwrites a
+  // buffer that the stream's previous pass still reads.
+  void ring_pass(int step, std::size_t bytes, const Buffer& src, const Buffer& dst, Events ready, int ready_step,
+                 Events sending, Events arrived) {
     const int G = split.G();
-    const std::size_t bytes = shard_bytes();
+    auto wait = [&](cudaStream_t stream, RankState& r, Events e, int k) {
+      if (k >= 0) CUDA_CHECK(cudaStreamWaitEvent(stream, (r.*e)[std::size_t(k)], 0));
+    };
     if (transport == Transport::copies) {
       RankState& r0 = ranks[0];  // one GPU, one transfer stream
-      if (step > 0)
-        for (const RankState& r : ranks) CUDA_CHECK(cudaStreamWaitEvent(r0.transfers, r.computed[step - 1], 0));
-      for (const RankState& r : ranks) CUDA_CHECK(cudaEventRecord(r.sending[step], r0.transfers));
-      // Rank r's shard to rank r + 1: the copies read every slot `from` and write every slot `to`, a
-      // different buffer, so their order does not matter.
+      for (RankState& r : ranks) wait(r0.transfers, r, ready, ready_step);
+      for (RankState& r : ranks) CUDA_CHECK(cudaEventRecord((r.*sending)[std::size_t(step)], r0.transfers));
+      // Rank r's buffer to rank r + 1: the copies read every src and write every dst, different
+      // buffers, so their order does not matter.
       for (int r = 0; r < G; ++r)
-        CUDA_CHECK(cudaMemcpyAsync(ranks[(r + 1) % G].kv[to].get(), ranks[r].kv[from].get(), bytes,
+        CUDA_CHECK(cudaMemcpyAsync(dst(ranks[std::size_t((r + 1) % G)]), src(ranks[std::size_t(r)]), bytes,
                                    cudaMemcpyDeviceToDevice, r0.transfers));
-      for (const RankState& r : ranks) CUDA_CHECK(cudaEventRecord(r.arrived[step], r0.transfers));
+      for (RankState& r : ranks) CUDA_CHECK(cudaEventRecord((r.*arrived)[std::size_t(step)], r0.transfers));
     } else if (transport == Transport::peer) {
-      for (int q = 0; q < G; ++q) {  // rank q pulls rank p's shard
+      for (int q = 0; q < G; ++q) {  // rank q pulls from rank p = q − 1
         RankState &x = ranks[std::size_t(q)], &p = ranks[std::size_t((q + G - 1) % G)];
         OnDevice on(x.device);
-        if (step > 0) {
-          CUDA_CHECK(cudaStreamWaitEvent(x.transfers, x.computed[step - 1], 0));  // q's slot `to` used
-          CUDA_CHECK(cudaStreamWaitEvent(x.transfers, p.arrived[step - 1], 0));   // p's slot `from` filled
-          CUDA_CHECK(cudaStreamWaitEvent(x.transfers, ranks[std::size_t((q + 1) % G)].arrived[step - 1], 0));  // read
-        }
-        CUDA_CHECK(cudaEventRecord(x.sending[step], x.transfers));
-        CUDA_CHECK(cudaMemcpyPeerAsync(x.kv[to].get(), x.device, p.kv[from].get(), p.device, bytes, x.transfers));
-        CUDA_CHECK(cudaEventRecord(x.arrived[step], x.transfers));
+        wait(x.transfers, x, ready, ready_step);  // q's dst free
+        wait(x.transfers, p, ready, ready_step);  // p's src complete
+        // p's src arrived by p's own pull of the previous step (on p's stream, not this one)
+        wait(x.transfers, p, arrived, step - 1);
+        // and q's dst was read by q + 1's pull of the previous step
+        wait(x.transfers, ranks[std::size_t((q + 1) % G)], arrived, step - 1);
+        CUDA_CHECK(cudaEventRecord((x.*sending)[std::size_t(step)], x.transfers));
+        CUDA_CHECK(cudaMemcpyPeerAsync(dst(x), x.device, src(p), p.device, bytes, x.transfers));
+        CUDA_CHECK(cudaEventRecord((x.*arrived)[std::size_t(step)], x.transfers));
       }
     } else {
 #if COURSE_HAS_NCCL
       for (RankState& r : ranks) {
         OnDevice on(r.device);
-        if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(r.transfers, r.computed[step - 1], 0));
-        CUDA_CHECK(cudaEventRecord(r.sending[step], r.transfers));
+        wait(r.transfers, r, ready, ready_step);
+        CUDA_CHECK(cudaEventRecord((r.*sending)[std::size_t(step)], r.transfers));
       }
       // One thread drives every rank: their sends and receives must be one group, or the first
       // rank's send would wait for a receive that this thread has not posted yet.
       NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < G; ++r) {
-        RankState& x = ranks[r];
-        NCCL_CHECK(ncclSend(x.kv[from].get(), bytes, ncclUint8, (r + 1) % G, x.comm, x.transfers));
-        NCCL_CHECK(ncclRecv(x.kv[to].get(), bytes, ncclUint8, (r + G - 1) % G, x.comm, x.transfers));
+        RankState& x = ranks[std::size_t(r)];
+        NCCL_CHECK(ncclSend(src(x), bytes, ncclUint8, (r + 1) % G, x.comm, x.transfers));
+        NCCL_CHECK(ncclRecv(dst(x), bytes, ncclUint8, (r + G - 1) % G, x.comm, x.transfers));
       }
       NCCL_CHECK(ncclGroupEnd());
       for (RankState& r : ranks) {
         OnDevice on(r.device);
-        CUDA_CHECK(cudaEventRecord(r.arrived[step], r.transfers));
+        CUDA_CHECK(cudaEventRecord((r.*arrived)[std::size_t(step)], r.transfers));
       }
 #else
-      throw std::logic_error("transfer: built without NCCL");
+      throw std::logic_error("ring_pass: built without NCCL");
 #endif
     }
     for (std::uint64_t& b : sent) b += bytes;
+  }
+
+  // Where the shard of step `step` lies: kv[0] at step 0, then kv[1], kv[2], kv[1], ... (With two
+  // buffers, kv[0] would hold rank r − 2's shard after a forward on 3 or more ranks, and the next
+  // pass would start from it: the test with G = 3 caught that.)
+  static int kv_slot(int step) { return step == 0 ? 0 : 1 + (step - 1) % 2; }
+
+  // The forward's pass: the shard in slot `from` to rank r + 1's slot `to`, after the pairs of the
+  // step before (whose buffer the incoming shard overwrites).
+  void transfer(int step, int from, int to) {
+    ring_pass(
+        step, shard_bytes(), [from](RankState& r) -> void* { return r.kv[from].get(); },
+        [to](RankState& r) -> void* { return r.kv[to].get(); }, &RankState::computed, step - 1, &RankState::sending,
+        &RankState::arrived);
   }
 
   // Rank r's pairs at `step` against the shard in slot `slot`, each merged into (O, L).
@@ -244,7 +276,7 @@ Engine::~Engine() {
 #endif
     for (cudaEvent_t e : {x.begin, x.finished})
       if (e) cudaEventDestroy(e);
-    for (const auto* events : {&x.computed, &x.sending, &x.arrived})
+    for (const auto* events : {&x.computed, &x.sending, &x.arrived, &x.dkv_sending, &x.dkv_arrived})
       for (cudaEvent_t e : *events) cudaEventDestroy(e);
     if (x.transfers && (impl_->transport != Transport::copies || &x == &impl_->ranks[0]))
       cudaStreamDestroy(x.transfers);
@@ -279,6 +311,153 @@ void Engine::upload(const std::uint16_t* Q, const std::uint16_t* K, const std::u
   }
 }
 
+void Engine::upload_dO(const std::uint16_t* dO) {
+  Impl& m = *impl_;
+  const Split& sp = m.split;
+  const int R = sp.per_rank(), G = sp.G();
+  const std::size_t n = m.chunk_values(), rows = m.chunk_rows(), d = std::size_t(m.s.d), row_bytes = d * 2;
+  for (int r = 0; r < G; ++r) {
+    RankState& x = m.ranks[std::size_t(r)];
+    OnDevice on(x.device);
+    if (x.dO.size() == 0) {
+      x.dO = course::DeviceBuffer<std::uint16_t>(R * n);
+      x.dQ = course::DeviceBuffer<std::uint16_t>(R * n);
+      x.dK = course::DeviceBuffer<std::uint16_t>(R * n);
+      x.dV = course::DeviceBuffer<std::uint16_t>(R * n);
+      x.dpart = course::DeviceBuffer<std::uint16_t>(2 * std::size_t(R) * R * n);  // a pair's dK, dV: R·R pairs at most
+      x.D = course::DeviceBuffer<float>(R * rows);
+      x.dQacc = course::DeviceBuffer<float>(R * n);
+      for (auto& b : x.dkv) b = course::DeviceBuffer<float>(2 * R * n);
+      for (auto* events : {&x.dkv_sending, &x.dkv_arrived})
+        for (int k = 0; k < G; ++k) events->push_back(new_event(true));
+    }
+    CUDA_CHECK(cudaMemset(x.dO.get(), 0, x.dO.bytes()));  // padding rows: zero
+    for (int k = 0; k < R; ++k) {
+      const int chunk = sp.chunk_of(r, k);
+      CUDA_CHECK(cudaMemcpy2D(x.dO.get() + k * n, std::size_t(sp.c()) * row_bytes,
+                              dO + std::size_t(sp.start(chunk)) * d, std::size_t(m.s.N) * row_bytes,
+                              std::size_t(sp.rows(chunk)) * row_bytes, std::size_t(m.s.heads()), cudaMemcpyHostToDevice));
+    }
+  }
+}
+
+void Engine::backward() {
+  Impl& m = *impl_;
+  const Split& sp = m.split;
+  const int G = sp.G(), R = sp.per_rank();
+  course::require(m.ranks[0].dO.size() > 0, "Engine::backward: upload_dO first");
+  const auto host_start = std::chrono::steady_clock::now();
+  const std::size_t n = m.chunk_values(), rows = m.chunk_rows();
+  const bool d128 = m.s.d == 128;
+  std::fill(m.sent.begin(), m.sent.end(), 0);
+  m.moved = G > 1;
+  Shape chunk = m.s;
+  chunk.N = sp.c();
+  {
+    OnDevice on(m.ranks[0].device);
+    CUDA_CHECK(cudaEventRecord(m.begin0, nullptr));
+  }
+  for (RankState& x : m.ranks) {
+    OnDevice on(x.device);
+    CUDA_CHECK(cudaStreamWaitEvent(nullptr, m.begin0, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(x.transfers, m.begin0, 0));
+    CUDA_CHECK(cudaEventRecord(x.begin, nullptr));
+    // D = rowsum(dO ∘ O) and dQacc = 0, chunk by chunk (O and L: the last forward's).
+    for (int k = 0; k < R; ++k) {
+      attention::BackwardArgs a{};
+      a.O = x.o.get() + k * n;
+      a.dO = x.dO.get() + k * n;
+      a.D = x.D.get() + k * rows;
+      a.dQacc = x.dQacc.get() + k * n;
+      attention::launch_backward_preprocess(chunk, m.t, a);
+    }
+    CUDA_CHECK(cudaMemsetAsync(x.dkv[0].get(), 0, x.dkv[0].bytes(), nullptr));  // the own shard's sums start at 0
+  }
+  auto dkv_pass = [&](int step) {  // after the step's sums: dK, dV of the shard in hand to rank r + 1
+    const int from = step % 2, to = (step + 1) % 2;
+    m.ring_pass(
+        step, 2 * R * n * sizeof(float), [from](RankState& r) -> void* { return r.dkv[from].get(); },
+        [to](RankState& r) -> void* { return r.dkv[to].get(); }, &RankState::computed, step, &RankState::dkv_sending,
+        &RankState::dkv_arrived);
+  };
+  for (int step = 0; step < G; ++step) {
+    const int slot = Impl::kv_slot(step);
+    const bool moves = step + 1 < G;
+    if (moves) m.transfer(step, slot, Impl::kv_slot(step + 1));  // the next K/V while this one is used
+    for (int r = 0; r < G; ++r) {
+      RankState& x = m.ranks[std::size_t(r)];
+      OnDevice on(x.device);
+      const int src = sp.source(r, step);
+      const std::vector<Pair> pairs = sp.pairs(r, step, m.s.causal);
+      // The pairs' gradients: dQ's share into dQacc (atomics), dK and dV into a buffer each.
+      for (std::size_t i = 0; i < pairs.size(); ++i) {
+        const Pair& p = pairs[i];
+        Shape pair = chunk;
+        pair.causal = p.causal;
+        attention::BackwardArgs a{};
+        a.Q = x.q.get() + p.q * n;
+        a.K = x.kv[slot].get() + p.kv * n;
+        a.V = x.kv[slot].get() + (R + p.kv) * n;
+        a.O = x.o.get() + p.q * n;
+        a.dO = x.dO.get() + p.q * n;
+        a.L = x.l_acc.get() + p.q * rows;
+        a.D = x.D.get() + p.q * rows;
+        a.dQacc = x.dQacc.get() + p.q * n;
+        a.dK = x.dpart.get() + 2 * i * n;
+        a.dV = x.dpart.get() + (2 * i + 1) * n;
+        a.Nk = sp.rows(sp.chunk_of(src, p.kv));
+        if (d128) attention::launch_flash_backward_split(pair, m.t, a);
+        else attention::launch_flash_backward_wide(pair, m.t, a);
+      }
+      // The shard's running dK, dV came one pass behind it: wait, then add this rank's share.
+      if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(nullptr, x.dkv_arrived[std::size_t(step - 1)], 0));
+      for (std::size_t i = 0; i < pairs.size(); ++i) {
+        float* acc = x.dkv[step % 2].get();
+        launch_accumulate(m.t, n, acc + pairs[i].kv * n, x.dpart.get() + 2 * i * n, nullptr);
+        launch_accumulate(m.t, n, acc + (R + pairs[i].kv) * n, x.dpart.get() + (2 * i + 1) * n, nullptr);
+      }
+      CUDA_CHECK(cudaEventRecord(x.computed[std::size_t(step)], nullptr));
+      if (moves) CUDA_CHECK(cudaStreamWaitEvent(nullptr, x.arrived[std::size_t(step)], 0));
+    }
+    if (G > 1) dkv_pass(step);  // the last pass takes them home
+  }
+  const int home = G > 1 ? G % 2 : 0;  // the slot where a rank's own dK, dV end
+  for (RankState& x : m.ranks) {
+    OnDevice on(x.device);
+    if (G > 1) CUDA_CHECK(cudaStreamWaitEvent(nullptr, x.dkv_arrived[std::size_t(G - 1)], 0));
+    launch_round(m.t, R * n, x.dkv[home].get(), x.dK.get(), nullptr);
+    launch_round(m.t, R * n, x.dkv[home].get() + R * n, x.dV.get(), nullptr);
+    for (int k = 0; k < R; ++k) {  // dQ = scale·dQacc
+      attention::BackwardArgs a{};
+      a.dQacc = x.dQacc.get() + k * n;
+      a.dQ = x.dQ.get() + k * n;
+      attention::launch_dq_convert(chunk, m.t, a);
+    }
+    CUDA_CHECK(cudaEventRecord(x.finished, nullptr));
+  }
+  OnDevice on(m.ranks[0].device);
+  for (RankState& x : m.ranks) CUDA_CHECK(cudaStreamWaitEvent(nullptr, x.finished, 0));
+  CUDA_CHECK(cudaEventRecord(m.done0, nullptr));
+  m.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start).count();
+}
+
+void Engine::download_gradients(std::uint16_t* dQ, std::uint16_t* dK, std::uint16_t* dV) const {
+  const Impl& m = *impl_;
+  const Split& sp = m.split;
+  const std::size_t n = m.chunk_values(), d = std::size_t(m.s.d);
+  for (int r = 0; r < sp.G(); ++r) {
+    const RankState& x = m.ranks[std::size_t(r)];
+    OnDevice on(x.device);
+    for (int k = 0; k < sp.per_rank(); ++k) {
+      const int chunk = sp.chunk_of(r, k);
+      const std::size_t first = std::size_t(sp.start(chunk)), count = std::size_t(sp.rows(chunk));
+      for (auto [out, in] : {std::pair{dQ, x.dQ.get()}, std::pair{dK, x.dK.get()}, std::pair{dV, x.dV.get()}})
+        CUDA_CHECK(cudaMemcpy2D(out + first * d, std::size_t(m.s.N) * d * 2, in + k * n, std::size_t(sp.c()) * d * 2,
+                                count * d * 2, std::size_t(m.s.heads()), cudaMemcpyDeviceToHost));
+    }
+  }
+}
+
 void Engine::poison() {
   for (RankState& x : impl_->ranks) {
     OnDevice on(x.device);
@@ -305,9 +484,9 @@ void Engine::forward(Part part) {
   }
   std::vector<std::vector<bool>> seen(std::size_t(G), std::vector<bool>(std::size_t(m.split.per_rank()), false));
   for (int step = 0; step < G; ++step) {
-    const int slot = part == Part::compute ? 0 : step % 2;
+    const int slot = part == Part::compute ? 0 : Impl::kv_slot(step);
     const bool moves = step + 1 < G && part != Part::compute;
-    if (moves) m.transfer(step, step % 2, (step + 1) % 2);  // the next shard travels while this one is used
+    if (moves) m.transfer(step, slot, Impl::kv_slot(step + 1));  // the next shard travels while this one is used
     for (int r = 0; r < G; ++r) {
       RankState& x = m.ranks[std::size_t(r)];
       OnDevice on(x.device);

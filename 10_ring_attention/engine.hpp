@@ -45,6 +45,14 @@ class Engine {
   // Q, K, V: the whole sequence in stage 06's layout (B·H heads of N rows × d), bits of the dtype.
   // Scattered into the ranks' chunks; padding rows are zero.
   void upload(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V);
+  // The backward pass, on the O and L of the last forward: dO (the whole sequence, as upload's
+  // tensors) scattered to the ranks; then each rank's pairs by stage 07's fastest key-outer pass
+  // (split at d = 128, wide at d = 64), dQ summed where it is (in float, dQacc), and dK, dV summed
+  // in float as they travel with their K/V shard, one pass behind it, home after G passes.
+  void upload_dO(const std::uint16_t* dO);
+  void backward();
+  // dQ, dK, dV of the whole sequence, gathered (after wait()).
+  void download_gradients(std::uint16_t* dQ, std::uint16_t* dK, std::uint16_t* dV) const;
   // Fills every rank's O and L with NaN, so that a row the ring never writes fails the check.
   void poison();
   // Enqueues one forward pass on every rank. GPU 0's default stream waits for all of it, so that a
@@ -55,7 +63,7 @@ class Engine {
   void wait(double timeout_s = 60.0) const;
   // O (bits of the dtype) and L of the whole sequence, gathered from the ranks (after wait()).
   void download(std::uint16_t* O, float* L) const;
-  // Each rank's timeline in the last forward (ms, from its events): its span, from the start to its
+  // Each rank's timeline in the last forward or backward (ms, from its events): its span, from the start to its
   // O; the time its transfers took (from the moment its stream could send to the shard's arrival);
   // and the time its compute stood waiting for a shard (arrival after the step's pairs were done).
   // hidden = 1 − waited / transfers: the share of the transfers under the compute.

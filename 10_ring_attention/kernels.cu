@@ -42,6 +42,12 @@ __global__ void merge_kernel(int rows, int d, float* __restrict__ O_acc, float* 
 }
 
 template <class T>
+__global__ void accumulate_kernel(size_t n, float* __restrict__ acc, const T* __restrict__ part) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    acc[i] += float(part[i]);
+}
+
+template <class T>
 __global__ void round_kernel(size_t n, const float* __restrict__ O_acc, T* __restrict__ O) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     O[i] = T(O_acc[i]);
@@ -59,6 +65,16 @@ void launch_merge(course::Dtype t, int rows, int d, float* O_acc, float* L_acc, 
                                              first);
   else
     merge_kernel<<<blocks, 128, 0, stream>>>(rows, d, O_acc, L_acc, static_cast<const __half*>(Op), Lp, first);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_accumulate(course::Dtype t, std::size_t n, float* acc, const void* part, cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned blocks = unsigned(std::min<std::size_t>((n + 255) / 256, 4096));
+  if (t == course::Dtype::bf16)
+    accumulate_kernel<<<blocks, 256, 0, stream>>>(n, acc, static_cast<const __nv_bfloat16*>(part));
+  else
+    accumulate_kernel<<<blocks, 256, 0, stream>>>(n, acc, static_cast<const __half*>(part));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -15,6 +15,8 @@ namespace ring {
 // copied (O_acc and L_acc hold nothing yet, not even −∞ and 0: no pass to fill them).
 void launch_merge(course::Dtype t, int rows, int d, float* O_acc, float* L_acc, const void* Op, const float* Lp,
                   bool first, cudaStream_t stream);
+// acc += part (n values; part in the dtype): a pair's dK or dV added to the shard's running sum.
+void launch_accumulate(course::Dtype t, std::size_t n, float* acc, const void* part, cudaStream_t stream);
 // O = O_acc rounded to the dtype (`n` values).
 void launch_round(course::Dtype t, std::size_t n, const float* O_acc, void* O, cudaStream_t stream);
 

@@ -7,6 +7,7 @@
 //   <layout>_transfers     the same ring's transfers alone
 //   <layout>_peer          the same ring, each shard pulled by cudaMemcpyPeerAsync (copy engines, no SMs)
 //   <layout>_copies        G ranks on one GPU, device copies in place of NCCL (runs on any Hopper)
+//   single_fb, <layout>_fb, <layout>_fb_copies   forward + backward (stage 07's fastest pass per pair)
 // and a summary: each rank's time, the scaling against `single`, the share of the transfers hidden
 // under the compute. docs/10_ring_attention.md explains.
 #include <CLI/CLI.hpp>
@@ -19,6 +20,8 @@
 
 #include "../06_flash_v2/problem.hpp"
 #include "../06_flash_v2/reference.hpp"
+#include "../07_backward/problem.hpp"
+#include "../07_backward/reference.hpp"
 #include "../08_flash_v3/variants.hpp"
 #include "bench.hpp"
 #include "check.hpp"
@@ -29,6 +32,7 @@
 #include "ring.hpp"
 #if COURSE_HAS_HOPPER
 #include "../06_flash_v2/device_run.hpp"
+#include "../07_backward/kernels.cuh"
 #include "engine.hpp"
 #endif
 
@@ -95,9 +99,10 @@ int main(int argc, char** argv) {
   return course::run_program("10_ring_attention", [&]() -> int {
     std::vector<Layout> layouts;
     for (const auto& n : layout_names) layouts.push_back({n, n == "zigzag"});
-    std::vector<std::string> variants = {"single"};
+    std::vector<std::string> variants = {"single", "single_fb"};
     for (const Layout& l : layouts)
-      for (const char* suffix : {"", "_compute", "_transfers", "_peer", "_copies"}) variants.push_back(l.name + suffix);
+      for (const char* suffix : {"", "_compute", "_transfers", "_peer", "_copies", "_fb", "_fb_copies"})
+        variants.push_back(l.name + suffix);
     course::finish_common_options(options, variants);
     // The hardware counters would read GPU 0 alone, over replays of a launch that drives every GPU:
     // the ring's IO here is the bytes it sends, in the model and counted.
@@ -134,34 +139,69 @@ int main(int argc, char** argv) {
         course::require(s.d == 64 || s.d == 128, "stage 10 runs d = 64 or 128, not d = " + std::to_string(s.d));
         const std::string problem = s.text() + " " + course::name(t);
         bench.progress(problem, "inputs and the float64 reference");
-        const Inputs in = make_inputs(s, t, options.seed);
+        const BackwardInputs bin = make_backward_inputs(s, t, options.seed);
+        const Inputs& in = bin.fwd;
         std::optional<Reference> ref;
         auto reference = [&]() -> const Reference& {
           if (!ref) ref.emplace(s, t, in.Q.data(), in.K.data(), in.V.data());
           return *ref;
         };
-        std::optional<double> single_ms;
+        // The gradients' float64 reference costs O(N²·d) a head on the CPU: one head, up to N = 8192.
+        const bool check_gradients = double(N) * N * s.d <= 8192.0 * 8192 * 128;
+        std::optional<BackwardReference> bref;
+        auto gradients_ok = [&](const std::vector<std::uint16_t>& dQ, const std::vector<std::uint16_t>& dK,
+                                const std::vector<std::uint16_t>& dV) {
+          if (!bref) bref.emplace(s, t, in.Q.data(), in.K.data(), in.V.data(), bin.dO.data(), 1);
+          const auto q = course::to_floats(t, dQ), k = course::to_floats(t, dK), v = course::to_floats(t, dV);
+          return bref->check_all(q.data(), k.data(), v.data());
+        };
+        std::optional<double> single_ms, single_fb_ms;
         for (const std::string& name : runs) {
-          const bool is_single = name == "single";
+          const bool is_single = name.rfind("single", 0) == 0;
           const Layout layout = is_single ? Layout{"single", false}
                                           : *std::find_if(layouts.begin(), layouts.end(), [&](const Layout& l) {
                                               return name.rfind(l.name, 0) == 0;
                                             });
-          const std::string suffix = is_single ? "" : name.substr(layout.name.size());
-          const int ranks = is_single ? 1 : suffix == "_copies" ? virtual_ranks : G;
+          const std::string suffix = name.substr(layout.name.size());
+          const bool fb = suffix.rfind("_fb", 0) == 0;  // forward + backward
+          const bool copies = suffix == "_copies" || suffix == "_fb_copies";
+          const int ranks = is_single ? 1 : copies ? virtual_ranks : G;
           const ring::Split split(N, ranks, layout.zigzag);  // throws when N does not split
           course::Row row = bench.row(name, s.text() + (is_single ? "" : " " + split.text()));
           row.dtype = course::name(t);
           row.size = N;
-          if (suffix != "_transfers") row.flops = s.flops();
+          if (suffix != "_transfers") row.flops = (fb ? 3.5 : 1.0) * s.flops();  // backward: 2.5 x forward
           if (!is_single) {
-            row.io_model_bytes = double(ring::forward_bytes_sent(split, s, t));  // a rank's sends
-            const ring::Traffic counted = ring::ring_traffic(split, s, t);
-            row.io_counted_bytes = double(*std::max_element(counted.sent.begin(), counted.sent.end()));
+            row.io_model_bytes = double(ring::forward_bytes_sent(split, s, t) +
+                                        (fb ? ring::backward_bytes_sent(split, s, t) : 0));  // a rank's sends
+            if (!fb) {
+              const ring::Traffic counted = ring::ring_traffic(split, s, t);
+              row.io_counted_bytes = double(*std::max_element(counted.sent.begin(), counted.sent.end()));
+            }
           }
 #if COURSE_HAS_HOPPER
-          const bool runs_here = bench.use_gpu() && (is_single || suffix == "_copies" || (suffix == "_peer" ? have >= G : nccl_runs));
-          if (runs_here && is_single) {
+          const bool runs_here = bench.use_gpu() && (is_single || copies || (suffix == "_peer" ? have >= G : nccl_runs));
+          if (runs_here && is_single && fb) {
+            // Stage 08's forward and stage 07's fastest backward (split at d = 128, wide at 64) on one GPU.
+            DeviceRun dev(s, t, in);
+            course::DeviceBuffer<std::uint16_t> dO(bin.dOh), dQ(s.elements()), dK(s.elements()), dV(s.elements());
+            course::DeviceBuffer<float> D(std::size_t(s.heads()) * N), dQacc(s.elements());
+            BackwardArgs a{};
+            a.Q = dev.q(), a.K = dev.k(), a.V = dev.v(), a.O = dev.o(), a.dO = dO.get(), a.L = dev.L.get();
+            a.D = D.get(), a.dQacc = dQacc.get(), a.dQ = dQ.get(), a.dK = dK.get(), a.dV = dV.get();
+            const V2Variant& v = v3_variant("tuned");
+            dQ.poison(), dK.poison(), dV.poison();
+            std::function<course::Comparison()> check;
+            if (check_gradients) check = [&] { return gradients_ok(dQ.download(), dK.download(), dV.download()); };
+            bench.measure_gpu(row, [&] {
+              v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get());
+              launch_backward_preprocess(s, t, a);
+              if (s.d == 128) launch_flash_backward_split(s, t, a);
+              else launch_flash_backward_wide(s, t, a);
+              launch_dq_convert(s, t, a);
+            }, check);
+            single_fb_ms = row.ms;
+          } else if (runs_here && is_single) {
             DeviceRun dev(s, t, in);
             dev.poison();
             const V2Variant& v = v3_variant("tuned");
@@ -174,7 +214,7 @@ int main(int argc, char** argv) {
             });
             single_ms = row.ms;
           } else if (runs_here) {
-            const ring::Transport transport = suffix == "_copies" ? ring::Transport::copies
+            const ring::Transport transport = copies ? ring::Transport::copies
                                               : suffix == "_peer"   ? ring::Transport::peer
                                                                     : ring::Transport::nccl;
             const ring::Part part = suffix == "_compute"     ? ring::Part::compute
@@ -183,6 +223,32 @@ int main(int argc, char** argv) {
             ring::Engine engine(split, s, t, transport);
             engine.upload(in.Qh.data(), in.Kh.data(), in.Vh.data());
             engine.poison();
+            if (fb) {
+              engine.upload_dO(bin.dOh.data());
+              std::function<course::Comparison()> check;
+              if (check_gradients)
+                check = [&] {
+                  engine.wait(timeout);
+                  std::vector<std::uint16_t> dQ(s.elements()), dK(s.elements()), dV(s.elements());
+                  engine.download_gradients(dQ.data(), dK.data(), dV.data());
+                  return gradients_ok(dQ, dK, dV);
+                };
+              else {  // no check at this size; a ring that hangs still fails here
+                engine.forward();
+                engine.backward();
+                engine.wait(timeout);
+              }
+              bench.measure_gpu(row, [&] { engine.forward(), engine.backward(); }, check);
+              if (single_fb_ms && row.ms && !copies) {
+                char text[200];
+                std::snprintf(text, sizeof text, "%s %s %s: forward + backward %.3f ms, scaling %.1f%% of ideal",
+                              problem.c_str(), name.c_str(), split.text().c_str(), *row.ms,
+                              100.0 * *single_fb_ms / (ranks * *row.ms));
+                summary.push_back(text);
+              }
+              bench.add(row);
+              continue;
+            }
             if (part != ring::Part::all) {  // a part of the work, timed; no result to check
               engine.forward(part);
               engine.wait(timeout);  // a ring that hangs fails here, not in the timer
@@ -243,8 +309,11 @@ int main(int argc, char** argv) {
                  {"single: stage 08's last rung on the whole sequence, one GPU; ring/zigzag: over NCCL, one GPU a rank; "
                   "*_peer: the shards pulled by the copy engines (cudaMemcpyPeerAsync) instead of NCCL",
                   "*_compute: no transfers; *_transfers: the transfers alone; *_copies: the ranks on one GPU",
+                  "*_fb: forward + backward (flops 3.5 x the forward's; gradients checked against float64 on one head "
+                  "when N <= 8192, unchecked above), single_fb: stage 08's forward and stage 07's fastest backward on one GPU",
                   "model and counted IO: the bytes one rank sends over the forward (K and V of its chunks, padding rows "
-                  "too, G - 1 times); no hardware counters (they would read GPU 0 alone)"});
+                  "too, G - 1 times; *_fb: and the backward's, K and V again and dK, dV in float, G times); no hardware "
+                  "counters (they would read GPU 0 alone)"});
     for (const auto& line : summary) notes.push_back(line);
     char title[256];
     std::snprintf(title, sizeof title, "10_ring_attention on %s, G = %d, seed %llu", course::device_label().c_str(), G,

@@ -44,6 +44,15 @@ std::uint64_t forward_bytes_sent(const Split& split, const Shape& s, course::Dty
   return std::uint64_t(split.G() - 1) * shard_bytes(split, s, t);
 }
 
+std::uint64_t gradient_shard_bytes(const Split& split, const Shape& s) {
+  return 2ull * split.per_rank() * std::uint64_t(split.c()) * std::uint64_t(s.heads()) * std::uint64_t(s.d) * 4;
+}
+
+std::uint64_t backward_bytes_sent(const Split& split, const Shape& s, course::Dtype t) {
+  if (split.G() == 1) return 0;
+  return forward_bytes_sent(split, s, t) + std::uint64_t(split.G()) * gradient_shard_bytes(split, s);
+}
+
 double rank_scores(const Split& split, int rank, bool causal) {
   const double c = split.c();
   double n = 0;

@@ -64,6 +64,10 @@ class Split {
 // receives of it per rank.
 std::uint64_t shard_bytes(const Split& split, const Shape& s, course::Dtype t);
 std::uint64_t forward_bytes_sent(const Split& split, const Shape& s, course::Dtype t);
+// The backward: K and V travel as in the forward (G − 1 passes), and with them dK and dV, summed in
+// float by every rank they visit, which take one pass more to come home (G passes, 4 bytes a value).
+std::uint64_t gradient_shard_bytes(const Split& split, const Shape& s);
+std::uint64_t backward_bytes_sent(const Split& split, const Shape& s, course::Dtype t);
 // The score entries (query, key) a rank computes over the forward, padding rows included, as the
 // kernels count them: c² per full pair, c·(c + 1)/2 per diagonal. Causal, the plain ring gives rank
 // G − 1 about 2G − 1 times rank 0's; zigzag gives every rank the same.

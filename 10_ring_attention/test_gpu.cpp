@@ -12,6 +12,9 @@
 #include "../03_safe_softmax/test_util.hpp"  // under_sanitizer
 #include "../06_flash_v2/problem.hpp"
 #include "../06_flash_v2/reference.hpp"
+#include "../07_backward/kernels.cuh"
+#include "../07_backward/problem.hpp"
+#include "../07_backward/reference.hpp"
 #include "../08_flash_v3/kernels.cuh"
 #include "check.hpp"
 #include "device_buffer.hpp"
@@ -38,6 +41,31 @@ Result run_ring(const Split& sp, const Shape& s, Dtype t, const attention::Input
   Result r{std::vector<std::uint16_t>(s.elements()), std::vector<float>(std::size_t(s.heads()) * s.N)};
   engine.download(r.O.data(), r.L.data());
   return r;
+}
+
+struct Gradients {
+  std::vector<std::uint16_t> dQ, dK, dV;
+};
+
+Gradients run_ring_backward(const Split& sp, const Shape& s, Dtype t, const attention::BackwardInputs& in,
+                            Transport transport) {
+  Engine engine(sp, s, t, transport);
+  engine.upload(in.fwd.Qh.data(), in.fwd.Kh.data(), in.fwd.Vh.data());
+  engine.upload_dO(in.dOh.data());
+  engine.forward();
+  engine.backward();
+  engine.wait(120.0);
+  Gradients g{std::vector<std::uint16_t>(s.elements()), std::vector<std::uint16_t>(s.elements()),
+              std::vector<std::uint16_t>(s.elements())};
+  engine.download_gradients(g.dQ.data(), g.dK.data(), g.dV.data());
+  return g;
+}
+
+void check_gradients(const Shape& s, Dtype t, const attention::BackwardInputs& in, const Gradients& g) {
+  const attention::BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+  const auto dQ = course::to_floats(t, g.dQ), dK = course::to_floats(t, g.dK), dV = course::to_floats(t, g.dV);
+  const auto c = ref.check_all(dQ.data(), dK.data(), dV.data());
+  CHECK_MESSAGE(c.ok(), c.summary() << "\n" << c.first_mismatches);
 }
 
 void check_result(const Shape& s, Dtype t, const attention::Inputs& in, const Result& r) {
@@ -125,6 +153,29 @@ TEST_CASE("the ring on one GPU (copies): O and L against float64, every layout, 
       }
 }
 
+TEST_CASE("a second forward gives the same bits: every pass starts from the rank's own shard") {
+  for (int G : {3, 4}) {
+    const Shape s{1, 2, 301, 64, true};
+    const Split sp(301, G, G == 4);
+    const auto in = attention::make_inputs(s, Dtype::fp16, course::fresh_seed());
+    CAPTURE(sp.text());
+    CAPTURE(in.seed);
+    Engine engine(sp, s, Dtype::fp16, Transport::copies);
+    engine.upload(in.Qh.data(), in.Kh.data(), in.Vh.data());
+    Result first{std::vector<std::uint16_t>(s.elements()), std::vector<float>(std::size_t(s.heads()) * s.N)};
+    Result second = first;
+    engine.forward();
+    engine.wait(60.0);
+    engine.download(first.O.data(), first.L.data());
+    engine.poison();
+    engine.forward();
+    engine.wait(60.0);
+    engine.download(second.O.data(), second.L.data());
+    CHECK(first.O == second.O);
+    CHECK(first.L == second.L);
+  }
+}
+
 TEST_CASE("the ring with large logits (Q times 20): the merge through L stays finite and exact") {
   const Shape s{1, 2, 500, 64, true};
   for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
@@ -175,6 +226,92 @@ TEST_CASE("the ring over NCCL and over peer copies (2 or more GPUs): the same bi
       CHECK(nccl.O == copies.O);
       CHECK(nccl.L == copies.L);
     }
+}
+
+TEST_CASE("the ring's backward on one GPU (copies): dQ, dK, dV against float64, every layout, uneven N") {
+  struct Case {
+    int B, H, N, d, G;
+  };
+  const bool quick = softmax::testing::under_sanitizer();
+  const std::vector<Case> cases = quick ? std::vector<Case>{{1, 2, 301, 64, 3}}
+                                        : std::vector<Case>{{1, 2, 1, 64, 1}, {1, 2, 97, 64, 3}, {1, 2, 1000, 128, 4},
+                                                            {1, 2, 2049, 128, 2}, {1, 1, 8, 128, 4}};
+  for (const Case& k : cases)
+    for (bool causal : {false, true})
+      for (bool zigzag : {false, true}) {
+        if (k.N < (zigzag ? 2 : 1) * k.G) continue;
+        for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
+          const Shape s{k.B, k.H, k.N, k.d, causal};
+          const Split sp(k.N, k.G, zigzag);
+          const auto in = attention::make_backward_inputs(s, t, course::fresh_seed());
+          CAPTURE(s.text());
+          CAPTURE(sp.text());
+          CAPTURE(course::name(t));
+          CAPTURE(in.fwd.seed);
+          check_gradients(s, t, in, run_ring_backward(sp, s, t, in, Transport::copies));
+        }
+      }
+}
+
+TEST_CASE("the ring's backward with every score far below 0 and padding keys: no NaN from hidden keys") {
+  // N = 501 over 4 ranks: chunks of 126 and 125 rows, so some pairs' key chunks end in a padding
+  // row (zeros). Inputs in [0.5, 1.5), Q times −20: every score near −160, so L ≈ −150, where a
+  // padding key's score 0, were it not hidden, would give P = e^(0 − L) = inf, and dQ NaN.
+  const Shape s{1, 2, 501, 64, false};
+  for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
+    const auto in = attention::make_backward_inputs(s, t, course::fresh_seed(), -20.0f, 0.5f, 1.5f);
+    CAPTURE(course::name(t));
+    CAPTURE(in.fwd.seed);
+    check_gradients(s, t, in, run_ring_backward(Split(501, 4, false), s, t, in, Transport::copies));
+  }
+}
+
+TEST_CASE("one rank's backward is stage 07's: the same dK and dV bits") {
+  for (int d : {64, 128}) {
+    const Shape s{1, 2, 333, d, true};
+    const auto in = attention::make_backward_inputs(s, Dtype::fp16, course::fresh_seed());
+    CAPTURE(d);
+    CAPTURE(in.fwd.seed);
+    const Gradients g = run_ring_backward(Split(333, 1, false), s, Dtype::fp16, in, Transport::copies);
+    course::DeviceBuffer<std::uint16_t> Q(in.fwd.Qh), K(in.fwd.Kh), V(in.fwd.Vh), dO(in.dOh), O(s.elements()),
+        dQ(s.elements()), dK(s.elements()), dV(s.elements());
+    course::DeviceBuffer<float> L(std::size_t(s.heads()) * s.N), D(std::size_t(s.heads()) * s.N), dQacc(s.elements());
+    attention::launch_fa3_tuned(s, Dtype::fp16, Q.get(), K.get(), V.get(), O.get(), L.get());
+    attention::BackwardArgs a{};
+    a.Q = Q.get(), a.K = K.get(), a.V = V.get(), a.O = O.get(), a.dO = dO.get(), a.L = L.get(), a.D = D.get();
+    a.dQacc = dQacc.get(), a.dQ = dQ.get(), a.dK = dK.get(), a.dV = dV.get();
+    attention::launch_backward_preprocess(s, Dtype::fp16, a);
+    if (d == 128) attention::launch_flash_backward_split(s, Dtype::fp16, a);
+    else attention::launch_flash_backward_wide(s, Dtype::fp16, a);
+    attention::launch_dq_convert(s, Dtype::fp16, a);
+    CHECK(dK.download() == g.dK);
+    CHECK(dV.download() == g.dV);  // dQ's atomics add in any order: its bits may differ
+  }
+}
+
+TEST_CASE("the backward over NCCL and peer copies (2 or more GPUs): the same dK, dV as the copies") {
+  const int gpus = gpu_count();
+  if (gpus < 2) {
+    MESSAGE("not run: this machine has " << gpus << " GPU");
+    return;
+  }
+  const int G = std::min(gpus, 4);
+  for (bool causal : {false, true}) {
+    const Shape s{1, 2, 1001, 128, causal};
+    const Split sp(1001, G, true);
+    const auto in = attention::make_backward_inputs(s, Dtype::bf16, course::fresh_seed());
+    CAPTURE(s.text());
+    CAPTURE(in.fwd.seed);
+    const Gradients copies = run_ring_backward(sp, s, Dtype::bf16, in, Transport::copies);
+    check_gradients(s, Dtype::bf16, in, copies);
+    for (Transport transport : {Transport::peer, Transport::nccl}) {
+      if (transport == Transport::nccl && !built_with_nccl()) continue;
+      const Gradients g = run_ring_backward(sp, s, Dtype::bf16, in, transport);
+      check_gradients(s, Dtype::bf16, in, g);
+      CHECK(g.dK == copies.dK);  // the same sums in the same order (dQ: atomics, any order)
+      CHECK(g.dV == copies.dV);
+    }
+  }
 }
 
 TEST_CASE("bad input: fp32, more NCCL ranks than GPUs, a sequence that does not split") {
