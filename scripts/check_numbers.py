@@ -1460,7 +1460,7 @@ def enqueue10(F):
     return [t["enqueue"] for ts in F["stage10_timelines"].values() for t in ts if t["enqueue"] is not None]
 
 
-@prose(CH10, r"Chapter 08's kernel runs at (\d+)–(\d+) TFLOP/s on one H200 in this chapter's runs\. At N = 65536 \(one sequence, 16 heads, d = 128\) it still takes ([\d.]+) ms")
+@prose(CH10, r"Stage 08's kernel runs at (\d+)–(\d+) TFLOP/s on one H200 in this chapter's runs\. At N = 65536 \(one sequence, 16 heads, d = 128\) it still takes ([\d.]+) ms")
 def _(D, F):
     t = single_tflops10(F)
     return [min(t), max(t), ms10(F, 2, "single", 65536, 0)]
@@ -1549,7 +1549,7 @@ def _(D, F):
             scaling10(F, 1, "ring_compute", 8192, 0)]
 
 
-@prose(CH10, r"The transfer costs the rest \(([\d.]+) against ([\d.]+) ms\): it takes ([\d.]+) ms alone, a third of the compute's ([\d.]+) ms, where at N = 65536 it takes ([\d.]+) ms of ([\d.]+)\.")
+@prose(CH10, r"The transfer costs the rest \(([\d.]+) against ([\d.]+) ms\): it takes ([\d.]+) ms alone, a third of the compute's ([\d.]+) ms, where at N = 65536 it takes ([\d.]+) ms of ([\d.]+) ms\.")
 def _(D, F):
     t8, c8 = ms10(F, 1, "ring_transfers", 8192, 0), ms10(F, 1, "ring_compute", 8192, 0)
     if abs(t8 / c8 - 1 / 3) > 0.03:
