@@ -1319,6 +1319,318 @@ def _(D, F):
 def _(D, F):
     return rung4_all(F, "tuned", lambda d, c, N: d == 64) + rung4_all(F, "tuned", lambda d, c, N: d == 128)
 
+# stage 10: ring attention on two H200s (docs/results/h200x2/stage10/). The CSVs give each row's
+# median time; the printed tables' notes give each rank's timeline (read by read_timelines below).
+CH10 = "docs/10_ring_attention.md"
+STAGE10 = "docs/results/h200x2/stage10"
+
+
+def r10(F, run, variant, N, causal):
+    """The one row of a stage-10 CSV (run 1: scaling_8k_32k.csv, run 2: scaling_16k_64k_peer.csv)."""
+    rows = [r for r in F[f"stage10_run{run}"] if r["variant"] == variant
+            and f" N={N} " in r["shape"] + " " and f"causal={int(causal)}" in r["shape"].split()]
+    if len(rows) != 1:
+        raise LookupError(f"{len(rows)} rows for stage 10 run {run} {variant} N={N} causal={int(causal)}")
+    return rows[0]
+
+
+def ms10(F, run, variant, N, causal):
+    return float(r10(F, run, variant, N, causal)["ms"])
+
+
+def scaling10(F, run, variant, N, causal, G=2):
+    """single / (G x variant), in %."""
+    return 100 * ms10(F, run, "single", N, causal) / (G * ms10(F, run, variant, N, causal))
+
+
+def read_timelines(root):
+    """{(N, causal, variant): {"ranks": [(span, transfers, GB/s, waited, hidden%)], "enqueue", "scaling"}}
+    from the notes of the printed tables: '... N=65536 ... causal=1 fp16 zigzag_peer G=2 zigzag: rank 0 ...'.
+    Tables printed before the peer transport existed name no variant ('fp16 G=2 ring:'): the layout."""
+    out = {}
+    folder = os.path.join(root, STAGE10)
+    rank = re.compile(r"rank (\d+) ([\d.]+) ms \(transfers ([\d.]+) ms, (\d+) GB/s; waited ([\d.]+) ms: (\d+)% hidden\)")
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".txt"):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            for line in f:
+                if ": rank 0 " not in line:
+                    continue
+                head, rest = line.strip().split(": ", 1)
+                tokens = head.split()
+                items = dict(t.split("=", 1) for t in tokens if "=" in t)
+                plain = [t for t in tokens if "=" not in t]  # dtype, [variant], layout
+                variant = plain[1] if len(plain) == 3 else plain[-1]
+                key = (int(items["N"]), int(items["causal"]), variant)
+                enqueue = re.search(r"enqueue ([\d.]+) ms", rest)
+                scaling = re.search(r"scaling ([\d.]+)%", rest)
+                out.setdefault(key, []).append({
+                    "file": name,
+                    "ranks": [tuple(float(x) for x in m.groups()[1:]) for m in rank.finditer(rest)],
+                    "enqueue": float(enqueue.group(1)) if enqueue else None,
+                    "scaling": float(scaling.group(1)) if scaling else None})
+    return out
+
+
+def timeline(F, N, causal, variant):
+    found = F["stage10_timelines"].get((N, int(causal), variant), [])
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} timelines for N={N} causal={int(causal)} {variant}")
+    return found[0]
+
+
+CH10_VARIANTS = {"ring, NCCL": "ring", "ring, peer copies": "ring_peer", "zigzag, NCCL": "zigzag",
+                 "zigzag, peer copies": "zigzag_peer"}
+
+
+@spec("ch10-timelines", CH10)
+def _(row, D, F):
+    t = timeline(F, 65536, row["mask"] == "causal", CH10_VARIANTS[row["variant"]])
+    r0, r1 = t["ranks"]
+    return {"rank 0 span": r0[0], "rank 1 span": r1[0], "transfer (rank 0 / 1)": [r0[1], r1[1]],
+            "GB/s each way (rank 0 / 1)": [r0[2], r1[2]], "waited": [r0[3], r1[3]], "scaling": t["scaling"]}
+
+
+@spec("ch10-scaling", CH10)
+def _(row, D, F):
+    run, N, causal = row.num("run"), row.num("N"), row["mask"] == "causal"
+    out = {"single": ms10(F, run, "single", N, causal)}
+    for column, variant in (("ring", "ring"), ("zigzag", "zigzag"), ("ring, peer", "ring_peer"),
+                            ("zigzag, peer", "zigzag_peer"), ("ring, nothing sent", "ring_compute"),
+                            ("zigzag, nothing sent", "zigzag_compute")):
+        try:
+            out[column] = [ms10(F, run, variant, N, causal), scaling10(F, run, variant, N, causal)]
+        except LookupError:
+            out[column] = NoNumber()
+    return out
+
+
+def loss10(F, variant, causal, N=65536):
+    """ms lost by the ring with transfers against the same ring with nothing sent (run 2)."""
+    return ms10(F, 2, variant, N, causal) - ms10(F, 2, variant.split("_")[0] + "_compute", N, causal)
+
+
+def bandwidths10(F, peer):
+    """Every rank's GB/s in every timeline, of the peer rows or of the NCCL rows."""
+    return [r[2] for (N, c, v), ts in F["stage10_timelines"].items() if v.endswith("_peer") == peer
+            for t in ts for r in t["ranks"]]
+
+
+@spec("ch10-transports", CH10)
+def _(row, D, F):
+    peer = row.cells[0].startswith("copy engines")
+    suffix = "_peer" if peer else ""
+    bw = bandwidths10(F, peer)
+    return {"per direction, while the attention runs": [min(bw), max(bw)],
+            "loss against nothing sent, N = 65536": [loss10(F, "ring" + suffix, 0), loss10(F, "zigzag" + suffix, 0),
+                                                      loss10(F, "ring" + suffix, 1), loss10(F, "zigzag" + suffix, 1)]}
+
+
+# The model of "What changes across nodes": F = 600 TFLOP/s, W = 50 GB/s, N = 2^20, H = 16, d = 128, fp16.
+def nodes_model(nodes, F_=600e12, W=50e9, N=2 ** 20, H=16, d=128):
+    G = 8 * nodes
+    c = N // G
+    shard = 2 * c * H * d * 2
+    transfer = shard / W * 1e3
+    compute = 4 * c * c * d * H / F_ * 1e3
+    return G, c, shard, transfer, compute
+
+
+@spec("ch10-nodes", CH10)
+def _(row, D, F):
+    G, c, shard, transfer, compute = nodes_model(row.num("nodes"))
+    smallest = [G * 600e12 / 50e9, 2 * G * 600e12 / 50e9]  # tokens: G·c with c >= F/W, twice that causal
+    return {"G": G, "c = N/G": c, "shard": Bytes(shard, "MB"), "transfer at 50 GB/s": transfer,
+            "compute, not causal": compute, "ratio, not causal": compute / transfer,
+            "compute, causal zigzag": compute / 2, "ratio, causal": compute / 2 / transfer,
+            "smallest N that hides it: not causal / causal": [x / 1e6 if x >= 1e6 else x / 1e3 for x in smallest]}
+
+
+def single_tflops10(F):
+    return [float(r["tflops"]) for run in (1, 2) for r in F[f"stage10_run{run}"] if r["variant"] == "single"]
+
+
+def errors10(F, single):
+    return [float(r["max_rel_err"]) for run in (1, 2) for r in F[f"stage10_run{run}"]
+            if (r["variant"] == "single") == single and r["max_rel_err"]]
+
+
+def enqueue10(F):
+    return [t["enqueue"] for ts in F["stage10_timelines"].values() for t in ts if t["enqueue"] is not None]
+
+
+@prose(CH10, r"Stage 08's kernel runs at (\d+)–(\d+) TFLOP/s on one H200 in this chapter's runs\. At N = 65536 \(one sequence, 16 heads, d = 128\) it still takes ([\d.]+) ms")
+def _(D, F):
+    t = single_tflops10(F)
+    return [min(t), max(t), ms10(F, 2, "single", 65536, 0)]
+
+
+@prose(CH10, r"Not causal, the ring on two GPUs is ([\d.]+)% of twice one GPU's speed at N = 65536\. Causal, the plain ring reaches only ([\d.]+)%, because its ranks get unequal work; the \[zigzag\]\(glossary.md#zigzag\) layout evens it out and gets ([\d.]+)%")
+def _(D, F):
+    return [scaling10(F, 2, "ring", 65536, 0), scaling10(F, 2, "ring", 65536, 1), scaling10(F, 2, "zigzag", 65536, 1)]
+
+
+@prose(CH10, r"The host takes ([\d.]+)–([\d.]+) ms to enqueue one forward pass")
+def _(D, F):
+    e = enqueue10(F)
+    return [min(e), max(e)]
+
+
+@prose(CH10, r"And the host's ([\d.]+)–([\d.]+) ms to enqueue a forward is of the order of the forward itself")
+def _(D, F):
+    e = enqueue10(F)
+    return [min(e), max(e)]
+
+
+@prose(CH10, r"At N = 65536, not causal, the NCCL ring takes ([\d.]+) ms and the same ring with nothing sent ([\d.]+) ms: ([\d.]+) ms lost, two thirds of the ([\d.]+) ms the transfer took")
+def _(D, F):
+    ranks = timeline(F, 65536, 0, "ring")["ranks"]
+    return [ms10(F, 2, "ring", 65536, 0), ms10(F, 2, "ring_compute", 65536, 0), loss10(F, "ring", 0),
+            sum(r[1] for r in ranks) / len(ranks)]
+
+
+@prose(CH10, r"doing the copy instead \(below\), which need no SM, the loss is smaller but not zero: ([\d.]+) ms\.")
+def _(D, F):
+    return [loss10(F, "ring_peer", 0)]
+
+
+@prose(CH10, r"NCCL alone moves the (\d+) MB at (\d+) GB/s \(`ring_transfers`\), beside the attention at (\d+)–(\d+) GB/s")
+def _(D, F):
+    r = r10(F, 2, "ring_transfers", 65536, 0)
+    bw = [x[2] for x in timeline(F, 65536, 0, "ring")["ranks"]]
+    return [Bytes(float(r["io_model_bytes"]), "MB"), float(r["gbps"]), min(bw), max(bw)]
+
+
+@prose(CH10, r"It measures ([\d.]+)% \(([\d.]+)% with nothing sent\), with rank 0 done after ([\d.]+) ms and rank 1 after ([\d.]+) ms")
+def _(D, F):
+    ranks = timeline(F, 65536, 1, "ring")["ranks"]
+    return [scaling10(F, 2, "ring", 65536, 1), scaling10(F, 2, "ring_compute", 65536, 1), ranks[0][0], ranks[1][0]]
+
+
+@prose(CH10, r"On two GPUs the ranks finish at ([\d.]+) and ([\d.]+) ms, and the ring reaches ([\d.]+)% of ideal over NCCL, ([\d.]+)% with peer copies")
+def _(D, F):
+    ranks = timeline(F, 65536, 1, "zigzag")["ranks"]
+    return [ranks[0][0], ranks[1][0], scaling10(F, 2, "zigzag", 65536, 1), scaling10(F, 2, "zigzag_peer", 65536, 1)]
+
+
+@prose(CH10, r"At N = 16384 zigzag with nothing sent reaches ([\d.]+)% of ideal against the plain ring's ([\d.]+)%; at N = 65536 the two are level \(([\d.]+)%\)")
+def _(D, F):
+    a, b = scaling10(F, 2, "zigzag_compute", 65536, 0), scaling10(F, 2, "ring_compute", 65536, 0)
+    if abs(a - b) > 0.05:
+        raise ValueError(f"not level at N = 65536: {a:.2f} and {b:.2f}")
+    return [scaling10(F, 2, "zigzag_compute", 16384, 0), scaling10(F, 2, "ring_compute", 16384, 0), a]
+
+
+@prose(CH10, r"the copy engines reach (\d+)% of that \((\d+) GB/s\)")
+def _(D, F):
+    bw = max(bandwidths10(F, True))
+    return [100 * bw / 450, bw]
+
+
+def gaps10(F, N, peer):
+    """(ring with transfers / nothing sent − 1) in %, run 2, over layouts and masks."""
+    suffix = "_peer" if peer else ""
+    return [100 * (ms10(F, 2, lay + suffix, N, c) / ms10(F, 2, lay + "_compute", N, c) - 1)
+            for lay in ("ring", "zigzag") for c in (0, 1)]
+
+
+@prose(CH10, r"Against nothing sent, the peer rows lose ([\d.]+)–([\d.]+)% at N = 65536, the NCCL rows ([\d.]+)–([\d.]+)%\. At N = 16384 \(run 2 below\) the peer rows are within (−[\d.]+)% to \+([\d.]+)% of nothing sent, about as far apart as the same row in two runs \(the two runs below differ by ([\d.]+)–([\d.]+)% in the not-causal ring rows\), and the NCCL rows lose ([\d.]+)–([\d.]+)%")
+def _(D, F):
+    p64, n64, p16, n16 = gaps10(F, 65536, True), gaps10(F, 65536, False), gaps10(F, 16384, True), gaps10(F, 16384, False)
+    runs = [100 * abs(ms10(F, 2, v, 16384, 0) / ms10(F, 1, v, 16384, 0) - 1)
+            for v in ("ring", "zigzag", "ring_compute", "zigzag_compute")]
+    return [min(p64), max(p64), min(n64), max(n64), min(p16), max(p16), min(runs), max(runs), min(n16), max(n16)]
+
+
+@prose(CH10, r"At N = 8192 two GPUs are ([\d.]+)× one \(([\d.]+)%\) without a mask\. With nothing sent it is already only ([\d.]+)%")
+def _(D, F):
+    return [ms10(F, 1, "single", 8192, 0) / ms10(F, 1, "ring", 8192, 0), scaling10(F, 1, "ring", 8192, 0),
+            scaling10(F, 1, "ring_compute", 8192, 0)]
+
+
+@prose(CH10, r"The transfer costs the rest \(([\d.]+) against ([\d.]+) ms\): it takes ([\d.]+) ms alone, a third of the compute's ([\d.]+) ms, where at N = 65536 it takes ([\d.]+) ms of ([\d.]+) ms\.")
+def _(D, F):
+    t8, c8 = ms10(F, 1, "ring_transfers", 8192, 0), ms10(F, 1, "ring_compute", 8192, 0)
+    if abs(t8 / c8 - 1 / 3) > 0.03:
+        raise ValueError(f"not a third: {t8 / c8:.3f}")
+    return [ms10(F, 1, "ring", 8192, 0), c8, t8, c8, ms10(F, 2, "ring_transfers", 65536, 0),
+            ms10(F, 2, "ring_compute", 65536, 0)]
+
+
+@prose(CH10, r"against the ([\d.]+)–([\d.]+) GB/s measured over NVLink above")
+def _(D, F):
+    return [min(bandwidths10(F, False)), max(bandwidths10(F, True))]
+
+
+@prose(CH10, r"Causal at N = 8192, the plain ring on two GPUs is slower than one GPU \(([\d.]+) against ([\d.]+) ms\)")
+def _(D, F):
+    return [ms10(F, 1, "ring", 8192, 1), ms10(F, 1, "single", 8192, 1)]
+
+
+@prose(CH10, r"`single` took ([\d.]+) ms in run 1 and ([\d.]+) ms in run 2, and the plain ring's scaling reads ([\d.]+)% or ([\d.]+)% accordingly\. A ratio of two measurements carries the noise of both\. The not-causal ring rows moved by ([\d.]+)–([\d.]+)% between the runs; the causal plain ring by ([\d.]+)% \(([\d.]+) against ([\d.]+) ms\)")
+def _(D, F):
+    runs = [100 * abs(ms10(F, 2, v, 16384, 0) / ms10(F, 1, v, 16384, 0) - 1)
+            for v in ("ring", "zigzag", "ring_compute", "zigzag_compute")]
+    a, b = ms10(F, 1, "ring", 16384, 1), ms10(F, 2, "ring", 16384, 1)
+    return [ms10(F, 1, "single", 16384, 0), ms10(F, 2, "single", 16384, 0), scaling10(F, 1, "ring", 16384, 0),
+            scaling10(F, 2, "ring", 16384, 0), min(runs), max(runs), 100 * (a / b - 1), a, b]
+
+
+@prose(CH10, r"Their worst relative errors, ([\d.]+)·10⁻⁴ to ([\d.]+)·10⁻³, are above `single`'s ([\d.]+)·10⁻⁴ to ([\d.]+)·10⁻⁴")
+def _(D, F):
+    ring, single = errors10(F, False), errors10(F, True)
+    return [min(ring) * 1e4, max(ring) * 1e3, min(single) * 1e4, max(single) * 1e4]
+
+
+@prose(CH10, r"Stage 08's kernel ran at (\d+)–(\d+) on one H200 in these runs, and the ring's pairs at about (\d+) a GPU: ([\d,]+) TFLOP/s on two with nothing sent at N = 65536")
+def _(D, F):
+    t = single_tflops10(F)
+    r = float(r10(F, 2, "ring_compute", 65536, 0)["tflops"])
+    return [min(t), max(t), r / 2, r]
+
+
+@prose(CH10, r"The two-GPU ring should reach 66\.7% and measures ([\d.]+)% at N = 65536")
+def _(D, F):
+    return [scaling10(F, 2, "ring", 65536, 1)]
+
+
+@prose(CH10, r"On two GPUs, with nothing sent, the ring measures ([\d.]+)%, almost the bound\. The pairs and merges cost little at this length\. The rest, ([\d.]+)% → ([\d.]+)%, is the NCCL transfer running under the compute \(([\d.]+) → ([\d.]+) ms\)")
+def _(D, F):
+    return [scaling10(F, 2, "ring_compute", 65536, 1), scaling10(F, 2, "ring_compute", 65536, 1),
+            scaling10(F, 2, "ring", 65536, 1), ms10(F, 2, "ring_compute", 65536, 1), ms10(F, 2, "ring", 65536, 1)]
+
+
+@prose(CH10, r"a step computes for about ([\d.]+) ms \(([\d.]+) ms for two steps with nothing sent\) against a transfer of ([\d.]+) ms over NCCL and ([\d.]+) ms with the copy engines\. Hidden, by a factor of (\d+) to (\d+)\. It still costs ([\d.]+) ms over NCCL")
+def _(D, F):
+    compute = ms10(F, 2, "ring_compute", 65536, 0)
+    nccl = sum(r[1] for r in timeline(F, 65536, 0, "ring")["ranks"]) / 2
+    peer = sum(r[1] for r in timeline(F, 65536, 0, "ring_peer")["ranks"]) / 2
+    return [compute / 2, compute, nccl, peer, compute / 2 / nccl, compute / 2 / peer, loss10(F, "ring", 0)]
+
+
+@prose(CH10, r"The copy engines use no SM, and the peer ring loses ([\d.]+) ms instead")
+def _(D, F):
+    return [loss10(F, "ring_peer", 0)]
+
+
+@prose(CH10, r"`zigzag_copies`: four ranks on one GPU at N = 32768, not causal, ([\d.]+) and ([\d.]+) ms against `single`'s ([\d.]+) ms")
+def _(D, F):
+    g = lambda v: float(next(r for r in F["stage10_first"] if r["variant"] == v and "causal=0" in r["shape"])["ms"])  # noqa: E731
+    return [g("ring_copies"), g("zigzag_copies"), g("single")]
+
+
+@prose(CH10, r"take ([\d.]+)% longer than one call \(single / copies = ([\d.]+)\)\. Zigzag cuts into 64 pairs of 4096 rows, each a quarter of the work with the same start and tail: ([\d.]+)% longer \(([\d.]+)\)")
+def _(D, F):
+    g = lambda v: float(next(r for r in F["stage10_first"] if r["variant"] == v and "causal=0" in r["shape"])["ms"])  # noqa: E731
+    s, r, z = g("single"), g("ring_copies"), g("zigzag_copies")
+    return [100 * (r / s - 1), s / r, 100 * (z / s - 1), s / z]
+
+
+@prose(README, r"in progress \(forward on two H200s: ([\d.]+)% of ideal not causal and zigzag ([\d.]+)% causal at N = 65536")
+def _(D, F):
+    return [scaling10(F, 2, "ring", 65536, 0), scaling10(F, 2, "zigzag", 65536, 1)]
+
 # --- running the checks --------------------------------------------------------------------------
 
 def run(root):
@@ -1328,6 +1640,10 @@ def run(root):
         "ncu_06_ladder": read_simple_csv(os.path.join(root, "docs/results/h100/ncu_06_ladder.csv")),
         "ragged": read_simple_csv(os.path.join(root, "docs/results/h100/ragged.csv")),
         "rung4_steps": read_simple_csv(os.path.join(root, "docs/results/h100/stage06/rung4_steps_1round.csv")),
+        "stage10_run1": read_simple_csv(os.path.join(root, STAGE10, "scaling_8k_32k.csv")),
+        "stage10_run2": read_simple_csv(os.path.join(root, STAGE10, "scaling_16k_64k_peer.csv")),
+        "stage10_first": read_simple_csv(os.path.join(root, STAGE10, "first_run_32k.csv")),
+        "stage10_timelines": read_timelines(root),
     }
     failures, cells = [], 0
     by_file = {}

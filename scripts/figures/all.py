@@ -5,6 +5,8 @@ import loop_orders
 import matmul_tiling
 import memory_hierarchy
 import mma_fragments
+import ring_scaling
+import ring_schedule
 import split_k_vs_split_q
 import swizzle
 
@@ -18,3 +20,5 @@ if __name__ == "__main__":
     swizzle.main()
     fa3_pipeline.main()
     fa3_pingpong.main()
+    ring_schedule.main()
+    ring_scaling.main()
