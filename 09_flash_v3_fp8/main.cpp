@@ -120,6 +120,37 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
   return 0;
 }
 
+// --outlier-sweep FILE: the error of O against the outliers' size, for each variant, on the CPU
+// (plain attention in the dtype, and plain FP8 for each scheme: the same rounding as the kernel,
+// whose errors agree with it within 2 % in the accuracy table). For each σ: FA-3's inputs, N(0, 1)
+// with the fraction of entries from N(0, σ²); RMSE and largest error against float64. Writes CSV.
+int outlier_sweep(const Shape& s, Dtype t, std::uint64_t seed, double fraction, const std::vector<double>& sigmas,
+                  const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  course::require(f != nullptr, "--outlier-sweep: cannot write " + path);
+  std::fprintf(f, "sigma,fraction,variant,rmse,max_abs,ref_rms,shape,dtype,seed\n");
+  std::printf("09_flash_v3_fp8 outlier sweep: %s %s, %.3g%% outliers, seed %llu (CPU: plain attention, plain FP8)\n",
+              s.text().c_str(), course::name(t), 100.0 * fraction, static_cast<unsigned long long>(seed));
+  for (double sigma : sigmas) {
+    const NormalInputs n = normal_inputs(s, t, seed, fraction, sigma);
+    const auto ref = attention_f64(s, to_double(n.Q), to_double(n.K), to_double(n.V));
+    double sum = 0;  // O's own size: the outliers of V make it grow with sigma
+    for (double x : ref) sum += x * x;
+    const double ref_rms = std::sqrt(sum / double(ref.size()));
+    auto line = [&](const std::string& variant, const Errors& e) {
+      std::fprintf(f, "%g,%g,%s,%.6e,%.6e,%.6e,%s,%s,%llu\n", sigma, fraction, variant.c_str(), e.rmse, e.max_abs,
+                   ref_rms, s.text().c_str(), course::name(t), static_cast<unsigned long long>(seed));
+      std::printf("sigma %-6g %-24s rmse %.3e  max %.3e  (rms of O %.3e)\n", sigma, variant.c_str(), e.rmse,
+                  e.max_abs, ref_rms);
+    };
+    line(course::name(t), errors(plain_16bit(s, n.Q, n.K, n.V, t), ref));
+    for (const Scheme& scheme : schemes())
+      line("fp8_" + scheme.name(), errors(plain_fp8(s, quantize_inputs(s, n.Q, n.K, n.V, scheme, seed), t), ref));
+  }
+  std::fclose(f);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,6 +166,8 @@ int main(int argc, char** argv) {
   int tokens = 0;
   double outliers = -1.0, sigma = 10.0;
   bool accuracy_table = false;
+  std::string sweep_csv;
+  std::vector<double> sigmas = {1, 2, 5, 10, 20, 50, 100};
   course::add_common_options(app, options);
   app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
   app.add_option("--tokens", tokens, "Tokens B*N: when given, B = tokens / N for each N")->check(course::whole_number(1));
@@ -160,6 +193,12 @@ int main(int argc, char** argv) {
   app.add_option("--sigma", sigma, "The outliers' standard deviation")->check(course::number(0.0))->capture_default_str();
   app.add_flag("--accuracy", accuracy_table,
                "Print FA-3's accuracy table (N(0,1) and outlier inputs, RMSE and max error of O) for the first N and dtype");
+  app.add_option("--outlier-sweep", sweep_csv,
+                 "Write the CPU's error of O against the outliers' sigma (--sigmas), per scheme, to this CSV, and stop");
+  app.add_option("--sigmas", sigmas, "The outliers' standard deviations of --outlier-sweep, comma-separated")
+      ->delimiter(',')
+      ->check(course::number(0.0))
+      ->capture_default_str();
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program("09_flash_v3_fp8", [&]() -> int {
@@ -172,6 +211,11 @@ int main(int argc, char** argv) {
     course::Bench bench("09_flash_v3_fp8", options);
     if (bench.use_gpu())
       if (const std::string why = why_no_hopper(); !why.empty()) bench.disable_gpu(why);
+    if (!sweep_csv.empty()) {
+      Shape s = base;
+      s.N = seq.front();
+      return outlier_sweep(s, dtypes.front(), options.seed, outliers > 0 ? outliers : 0.001, sigmas, sweep_csv);
+    }
     if (accuracy_table) {
       Shape s = base;
       s.N = seq.front();

@@ -1,6 +1,7 @@
 """Makes every concept figure in docs/figures/: python3 scripts/figures/all.py"""
 import fa3_pingpong
 import fa3_pipeline
+import fp8_error_vs_outliers
 import loop_orders
 import matmul_tiling
 import memory_hierarchy
@@ -22,3 +23,4 @@ if __name__ == "__main__":
     fa3_pingpong.main()
     ring_schedule.main()
     ring_scaling.main()
+    fp8_error_vs_outliers.main()
