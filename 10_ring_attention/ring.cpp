@@ -194,4 +194,85 @@ Traffic ring_forward_cpu(const Split& split, const Shape& s, course::Dtype t, co
   return traffic;
 }
 
+Traffic ring_backward_cpu(const Split& split, const Shape& s, course::Dtype t, const float* Q, const float* K,
+                          const float* V, const float* dO, float* dQ, float* dK, float* dV) {
+  const int G = split.G(), R = split.per_rank(), c = split.c(), heads = s.heads(), d = s.d;
+  const float scale = 1.0f / std::sqrt(float(d));
+  std::vector<float> O(s.elements()), L(std::size_t(heads) * s.N);
+  Traffic traffic = ring_forward_cpu(split, s, t, Q, K, V, O.data(), L.data());
+  // Per rank: its chunks' rows of the sequence, c slots each (padding rows stay zero / unused).
+  auto row_of = [&](int chunk, int i) { return split.start(chunk) + i; };
+  auto at = [&](const float* X, int h, int row) { return X + (std::size_t(h) * s.N + row) * d; };
+  std::vector<float> D(std::size_t(heads) * s.N);
+  for (int h = 0; h < heads; ++h)
+    for (int i = 0; i < s.N; ++i) {
+      float acc = 0;
+      for (int e = 0; e < d; ++e) acc += at(dO, h, i)[e] * at(O.data(), h, i)[e];
+      D[std::size_t(h) * s.N + i] = acc;
+    }
+  std::vector<float> dQacc(s.elements(), 0.0f);
+  // The sums of each shard (by its owner): dK then dV of its R chunks, c rows each.
+  const std::size_t shard = std::size_t(R) * heads * c * d;
+  std::vector<std::vector<float>> dkv(G, std::vector<float>(2 * shard, 0.0f));
+  std::vector<float> dKp(std::size_t(c) * d), dVp(std::size_t(c) * d);
+  const std::uint64_t kv_bytes = shard_bytes(split, s, t), dkv_bytes = gradient_shard_bytes(split, s);
+  for (int step = 0; step < G; ++step) {
+    for (int r = 0; r < G; ++r) {
+      const int src = split.source(r, step);
+      for (const Pair& p : split.pairs(r, step, s.causal)) {
+        const int cq = split.chunk_of(r, p.q), ck = split.chunk_of(src, p.kv);
+        const int nq = split.rows(cq), keys = split.rows(ck);
+        for (int h = 0; h < heads; ++h) {
+          std::fill(dKp.begin(), dKp.end(), 0.0f);
+          std::fill(dVp.begin(), dVp.end(), 0.0f);
+          for (int i = 0; i < nq; ++i) {
+            const int qi = row_of(cq, i);
+            const float Li = L[std::size_t(h) * s.N + qi], Di = D[std::size_t(h) * s.N + qi];
+            const int visible = p.causal ? std::min(i + 1, keys) : keys;
+            for (int j = 0; j < visible; ++j) {
+              const int kj = row_of(ck, j);
+              float dot = 0, dP = 0;
+              for (int e = 0; e < d; ++e) dot += at(Q, h, qi)[e] * at(K, h, kj)[e], dP += at(dO, h, qi)[e] * at(V, h, kj)[e];
+              const float P = std::exp(scale * dot - Li), dS = P * (dP - Di);
+              for (int e = 0; e < d; ++e) {
+                dVp[std::size_t(j) * d + e] += P * at(dO, h, qi)[e];
+                dKp[std::size_t(j) * d + e] += scale * dS * at(Q, h, qi)[e];
+                dQacc[(std::size_t(h) * s.N + qi) * d + e] += scale * dS * at(K, h, kj)[e];
+              }
+            }
+          }
+          // The pair's dK, dV in the dtype, added to the sums of src's shard.
+          for (int j = 0; j < keys; ++j)
+            for (int e = 0; e < d; ++e) {
+              const std::size_t x = ((std::size_t(p.kv) * heads + h) * c + j) * d + e;
+              dkv[src][x] += course::round_to(t, dKp[std::size_t(j) * d + e]);
+              dkv[src][shard + x] += course::round_to(t, dVp[std::size_t(j) * d + e]);
+            }
+        }
+      }
+    }
+    // The passes of this step: K, V on to the next rank (not after the last step), the sums one
+    // behind them, and after the last step the sums home.
+    for (int r = 0; r < G && G > 1; ++r) {
+      const std::uint64_t bytes = (step + 1 < G ? kv_bytes : 0) + dkv_bytes;
+      traffic.sent[r] += bytes;
+      traffic.received[(r + 1) % G] += bytes;
+    }
+  }
+  for (int owner = 0; owner < G; ++owner)
+    for (int k = 0; k < R; ++k) {
+      const int chunk = split.chunk_of(owner, k);
+      for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < split.rows(chunk); ++i)
+          for (int e = 0; e < d; ++e) {
+            const std::size_t x = ((std::size_t(k) * heads + h) * c + i) * d + e;
+            const std::size_t y = (std::size_t(h) * s.N + row_of(chunk, i)) * d + e;
+            dK[y] = course::round_to(t, dkv[owner][x]);
+            dV[y] = course::round_to(t, dkv[owner][shard + x]);
+          }
+    }
+  for (std::size_t x = 0; x < dQacc.size(); ++x) dQ[x] = course::round_to(t, dQacc[x]);
+  return traffic;
+}
+
 }  // namespace ring

@@ -85,4 +85,13 @@ Traffic ring_traffic(const Split& split, const Shape& s, course::Dtype t);
 Traffic ring_forward_cpu(const Split& split, const Shape& s, course::Dtype t, const float* Q, const float* K,
                          const float* V, float* O, float* L);
 
+// The backward on the CPU, as the GPU engine runs it: the forward above first (O, L), D = rowsum(dO ∘ O)
+// from O rounded to the dtype; then at each step every rank's pairs (P recomputed from L, keys past
+// a chunk's rows hidden), dQ summed in place in float, each pair's dK and dV rounded to the dtype (as
+// the kernels write them) and added in float to the shard's sums, which travel one pass behind their
+// shard and come home after G passes. dQ, dK, dV: B·H·N·d values, rounded to the dtype. Returns
+// the bytes each rank sends and receives (forward and backward together).
+Traffic ring_backward_cpu(const Split& split, const Shape& s, course::Dtype t, const float* Q, const float* K,
+                          const float* V, const float* dO, float* dQ, float* dK, float* dV);
+
 }  // namespace ring

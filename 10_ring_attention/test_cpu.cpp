@@ -6,6 +6,8 @@
 
 #include "../06_flash_v2/problem.hpp"
 #include "../06_flash_v2/reference.hpp"
+#include "../07_backward/problem.hpp"
+#include "../07_backward/reference.hpp"
 #include "check.hpp"
 #include "inputs.hpp"
 #include "merge.hpp"
@@ -165,4 +167,32 @@ TEST_CASE("the ring's result does not depend on G or the layout beyond rounding"
   CHECK(worst > 0.0);              // the pairs' own rounding shows
   CHECK(worst < 8 * 0x1p-11 * 2);  // but stays within a few fp16 roundings of |O| <= 2
   CHECK(worst_L < 1e-4);
+}
+
+TEST_CASE("the ring's backward on the CPU: dQ, dK, dV within stage 07's tolerance of float64, bytes as the model") {
+  struct Case {
+    int N, d, G;
+    bool causal, zigzag;
+  };
+  for (const Case k : {Case{97, 64, 3, false, false}, Case{97, 64, 3, true, true}, Case{130, 64, 2, true, false},
+                       Case{8, 64, 4, true, true}, Case{1, 64, 1, false, false}, Case{101, 64, 4, false, true}})
+    for (Dtype t : {Dtype::fp16, Dtype::bf16}) {
+      const attention::Shape s{1, 2, k.N, k.d, k.causal};
+      const Split sp(k.N, k.G, k.zigzag);
+      const auto in = attention::make_backward_inputs(s, t, course::fresh_seed());
+      CAPTURE(s.text());
+      CAPTURE(sp.text());
+      CAPTURE(course::name(t));
+      CAPTURE(in.fwd.seed);
+      std::vector<float> dQ(s.elements(), NAN), dK(s.elements(), NAN), dV(s.elements(), NAN);
+      const Traffic traffic = ring_backward_cpu(sp, s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
+                                                in.dO.data(), dQ.data(), dK.data(), dV.data());
+      const attention::BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+      const auto c = ref.check_all(dQ.data(), dK.data(), dV.data());
+      CHECK_MESSAGE(c.ok(), c.summary() << "\n" << c.first_mismatches);
+      for (int r = 0; r < k.G; ++r) {
+        CHECK(traffic.sent[std::size_t(r)] == forward_bytes_sent(sp, s, t) + backward_bytes_sent(sp, s, t));
+        CHECK(traffic.received[std::size_t(r)] == traffic.sent[std::size_t(r)]);
+      }
+    }
 }
