@@ -81,7 +81,7 @@ struct RankState {
   course::DeviceBuffer<float> D, dQacc, dkv[2];
   std::vector<cudaEvent_t> dkv_sending, dkv_arrived;
 #if COURSE_HAS_NCCL
-  ncclComm_t comm = nullptr;
+  mutable ncclComm_t comm = nullptr;  // null again once aborted (wait's timeout)
 #endif
 };
 
@@ -94,6 +94,7 @@ struct Engine::Impl {
   cudaEvent_t begin0 = nullptr, done0 = nullptr;  // on GPU 0: the forward's start and end
   std::vector<std::uint64_t> sent;
   bool moved = false;  // the last forward had transfers
+  bool forward_done = false;  // O and L hold a whole forward's result
   double enqueue_ms = 0;
 
   std::size_t chunk_values() const { return std::size_t(s.heads()) * split.c() * s.d; }
@@ -132,7 +133,7 @@ struct Engine::Impl {
         RankState &x = ranks[std::size_t(q)], &p = ranks[std::size_t((q + G - 1) % G)];
         OnDevice on(x.device);
         wait(x.transfers, x, ready, ready_step);  // q's dst free
-        wait(x.transfers, p, ready, ready_step);  // p's src complete
+        if (ready_step == step) wait(x.transfers, p, ready, ready_step);  // p's src complete (the sums' pass)
         // p's src arrived by p's own pull of the previous step (on p's stream, not this one)
         wait(x.transfers, p, arrived, step - 1);
         // and q's dst was read by q + 1's pull of the previous step
@@ -346,6 +347,7 @@ void Engine::backward() {
   const Split& sp = m.split;
   const int G = sp.G(), R = sp.per_rank();
   course::require(m.ranks[0].dO.size() > 0, "Engine::backward: upload_dO first");
+  course::require(m.forward_done, "Engine::backward: a whole forward (Part::all) first: it takes O and L from it");
   const auto host_start = std::chrono::steady_clock::now();
   const std::size_t n = m.chunk_values(), rows = m.chunk_rows();
   const bool d128 = m.s.d == 128;
@@ -360,8 +362,11 @@ void Engine::backward() {
   for (RankState& x : m.ranks) {
     OnDevice on(x.device);
     CUDA_CHECK(cudaStreamWaitEvent(nullptr, m.begin0, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(x.transfers, m.begin0, 0));
     CUDA_CHECK(cudaEventRecord(x.begin, nullptr));
+    // The transfer stream after the rank's own default stream too (not GPU 0's alone): a
+    // non-blocking stream does not wait for the legacy one, and upload() may return before its
+    // last bytes have landed in kv[0].
+    CUDA_CHECK(cudaStreamWaitEvent(x.transfers, x.begin, 0));
     // D = rowsum(dO ∘ O) and dQacc = 0, chunk by chunk (O and L: the last forward's).
     for (int k = 0; k < R; ++k) {
       attention::BackwardArgs a{};
@@ -458,6 +463,15 @@ void Engine::download_gradients(std::uint16_t* dQ, std::uint16_t* dK, std::uint1
   }
 }
 
+void Engine::poison_transit() {
+  for (RankState& x : impl_->ranks) {
+    OnDevice on(x.device);
+    for (int b : {1, 2}) CUDA_CHECK(cudaMemset(x.kv[b].get(), 0xff, x.kv[b].bytes()));
+    for (auto& b : x.dkv)
+      if (b.size()) CUDA_CHECK(cudaMemset(b.get(), 0xff, b.bytes()));
+  }
+}
+
 void Engine::poison() {
   for (RankState& x : impl_->ranks) {
     OnDevice on(x.device);
@@ -472,6 +486,7 @@ void Engine::forward(Part part) {
   const int G = m.split.G();
   std::fill(m.sent.begin(), m.sent.end(), 0);
   m.moved = part != Part::compute && G > 1;
+  m.forward_done = part == Part::all;
   {
     OnDevice on(m.ranks[0].device);
     CUDA_CHECK(cudaEventRecord(m.begin0, nullptr));
@@ -479,8 +494,11 @@ void Engine::forward(Part part) {
   for (RankState& x : m.ranks) {  // every stream starts after GPU 0's begin
     OnDevice on(x.device);
     CUDA_CHECK(cudaStreamWaitEvent(nullptr, m.begin0, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(x.transfers, m.begin0, 0));
     CUDA_CHECK(cudaEventRecord(x.begin, nullptr));
+    // The transfer stream after the rank's own default stream too (not GPU 0's alone): a
+    // non-blocking stream does not wait for the legacy one, and upload() may return before its
+    // last bytes have landed in kv[0].
+    CUDA_CHECK(cudaStreamWaitEvent(x.transfers, x.begin, 0));
   }
   std::vector<std::vector<bool>> seen(std::size_t(G), std::vector<bool>(std::size_t(m.split.per_rank()), false));
   for (int step = 0; step < G; ++step) {
@@ -526,7 +544,10 @@ void Engine::wait(double timeout_s) const {
     if (std::chrono::steady_clock::now() > deadline) {
 #if COURSE_HAS_NCCL
       for (const RankState& x : m.ranks)
-        if (x.comm) ncclCommAbort(x.comm);
+        if (x.comm) {
+          ncclCommAbort(x.comm);  // frees it: the destructor must not destroy it again
+          x.comm = nullptr;
+        }
 #endif
       throw std::runtime_error("the ring did not finish within " + std::to_string(timeout_s) +
                                " s (a rank waits for a shard that never came); communicators aborted");

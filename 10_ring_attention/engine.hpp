@@ -55,6 +55,10 @@ class Engine {
   void download_gradients(std::uint16_t* dQ, std::uint16_t* dK, std::uint16_t* dV) const;
   // Fills every rank's O and L with NaN, so that a row the ring never writes fails the check.
   void poison();
+  // Fills the buffers that shards and sums pass through (kv[1], kv[2], dK/dV's two) with NaN: a
+  // pass that reads one before its transfer landed then fails, instead of finding the bytes that
+  // the previous call left there (the tests, between calls).
+  void poison_transit();
   // Enqueues one forward pass on every rank. GPU 0's default stream waits for all of it, so that a
   // timer on GPU 0 (events, Bench) spans the whole ring.
   void forward(Part part = Part::all);
@@ -63,10 +67,13 @@ class Engine {
   void wait(double timeout_s = 60.0) const;
   // O (bits of the dtype) and L of the whole sequence, gathered from the ranks (after wait()).
   void download(std::uint16_t* O, float* L) const;
-  // Each rank's timeline in the last forward or backward (ms, from its events): its span, from the start to its
-  // O; the time its transfers took (from the moment its stream could send to the shard's arrival);
-  // and the time its compute stood waiting for a shard (arrival after the step's pairs were done).
-  // hidden = 1 − waited / transfers: the share of the transfers under the compute.
+  // Each rank's timeline in the last forward (ms, from its events): its span, from the start to its
+  // O; the time its K/V passes took (from the moment its stream could send to the shard's arrival;
+  // over NCCL that includes waiting for the neighbour; with copies, all G copies of a step); and
+  // the time its compute stood waiting for a shard (arrival after the step's pairs were done).
+  // hidden = 1 − waited / transfers: the share of the transfers under the compute. After a
+  // backward the span is the backward's, but the dK/dV passes are not in it (their waits fall
+  // inside the compute).
   struct Timeline {
     float span_ms = 0, transfers_ms = 0, waited_ms = 0;
   };
