@@ -5,8 +5,8 @@
 
 Every table in README.md and docs/*.md whose numbers come from docs/results/h100/results.csv (or
 another committed data file there: standard_breakdown.csv, ncu_06_ladder.csv, ragged.csv,
-stage06/rung4_steps_1round.csv) has a marker on a line of its own above it (blank lines may stand
-between them):
+stage06/rung4_steps_1round.csv, stage09/'s CSV and printed tables; or docs/results/h200x2/stage10/)
+has a marker on a line of its own above it (blank lines may stand between them):
 
     <!-- numbers: readme-flash-v2 -->
 
@@ -1663,6 +1663,277 @@ def _(D, F):
     return [scaling10(F, 2, "ring", 65536, 0), scaling10(F, 2, "zigzag", 65536, 1),
             fb_scaling10(F, "ring_fb", 32768, 0), fb_scaling10(F, "zigzag_fb", 32768, 1)]
 
+# stage 09: FP8 attention on the H100 (docs/results/h100/stage09/). first_speed.csv has the course's
+# schema (stage 08's last rung, the quantisation and the FP8 kernel, same run, same inputs); the
+# accuracy table and the failing run before the fresh accumulator are the program's printed text.
+CH09 = "docs/09_flash_v3_fp8.md"
+STAGE09 = "docs/results/h100/stage09"
+
+
+def read_accuracy09(path):
+    """{(inputs, variant): (rmse gpu, max gpu, rmse plain, max plain)} from the --accuracy table:
+    'outliers fp8_per_block 1.980e-02 2.803e+00 1.975e-02 2.871e+00' (a variant may hold spaces)."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            tokens = line.split()
+            if not tokens or tokens[0] not in ("normal", "outliers"):
+                continue
+            out[(tokens[0], " ".join(tokens[1:-4]))] = tuple(float(x) for x in tokens[-4:])
+    return out
+
+
+def read_bias09(path):
+    """The failing check before the fresh accumulator: its summary, first mismatch and table rows."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"max rel err ([\d.e+-]+) \(tol ([\d.e+-]+), (\d+) checked, (\d+) bad\)", text)
+    first = re.search(r"\[0,43\] = ([\d.]+), expected ([\d.]+)", text)
+    ms = {}
+    for line in text.split("\n"):
+        tokens = line.split()
+        if tokens and tokens[0] in ("08_tuned", "quant_per_block", "fp8_per_block"):
+            bc = next(i for i, t in enumerate(tokens) if t.startswith("Bc="))
+            ms[tokens[0]] = float(tokens[bc + 1])
+    return {"max_rel_err": float(m.group(1)), "tol": float(m.group(2)), "checked": int(m.group(3)),
+            "bad": int(m.group(4)), "O": float(first.group(1)), "expected": float(first.group(2)), "ms": ms}
+
+
+def r09(F, variant, d, N, causal=0):
+    return F["stage09_speed"].one("09_flash_v3_fp8", variant, "fp16", d=d, N=N, causal=int(causal))
+
+
+def cell09(text):
+    """'d = 128, causal, N = 4096' -> (d, N, causal)."""
+    return (int(re.search(r"d = (\d+)", text).group(1)), int(re.search(r"N = (\d+)", text).group(1)),
+            "causal" in text)
+
+
+# The cells of the speed run and the schemes run in each.
+CELLS09 = [(128, 4096, 0), (128, 16384, 0), (128, 4096, 1), (128, 16384, 1), (64, 4096, 0), (64, 16384, 0)]
+
+
+def schemes09(d):
+    return ["per_tensor", "per_block_hadamard"] if d == 128 else ["per_block"]
+
+
+def speedup09(F, scheme, d, N, causal):
+    """Stage 08's time over the FP8 kernel's (same run, same inputs)."""
+    return r09(F, "08_tuned", d, N, causal).ms / r09(F, "fp8_" + scheme, d, N, causal).ms
+
+
+def with_quant09(F, scheme, d, N, causal):
+    """Stage 08's time over the quantisation's plus the FP8 kernel's."""
+    q, a = r09(F, "quant_" + scheme, d, N, causal), r09(F, "fp8_" + scheme, d, N, causal)
+    return r09(F, "08_tuned", d, N, causal).ms / (q.ms + a.ms)
+
+
+def ratios09(F, d):
+    return [speedup09(F, s, dd, N, c) for dd, N, c in CELLS09 if dd == d for s in schemes09(d)]
+
+
+def timed09(r):
+    """TFLOP/s (ms, fastest–slowest of the timed calls)."""
+    return [r.tflops, r.ms, float(r.fields["ms_min"]), float(r.fields["ms_max"])]
+
+
+ACCURACY09_COLUMNS = {"fp16 (stage 08 `tuned`)": "16-bit (08 tuned)", "FP8 per tensor": "fp8_per_tensor",
+                      "per block": "fp8_per_block", "per tensor + Hadamard": "fp8_per_tensor_hadamard",
+                      "per block + Hadamard": "fp8_per_block_hadamard"}
+
+
+@spec("ch09-accuracy", CH09)
+def _(row, D, F):
+    if "paper" in row["error of O"]:
+        return {}  # the FA-3 paper's published numbers: not ours to check
+    inputs = {"N(0, 1)": "normal", "FA-3's outliers": "outliers"}[row["inputs"]]
+    which = {"RMSE": 0, "largest": 1}[row["error of O"]]
+    return {col: F["stage09_accuracy"][(inputs, variant)][which] for col, variant in ACCURACY09_COLUMNS.items()}
+
+
+SCHEME09_NAMES = {"per tensor": "per_tensor", "per block + Hadamard": "per_block_hadamard", "per block": "per_block"}
+
+
+@spec("ch09-quantize", CH09)
+def _(row, D, F):
+    d, N, causal = cell09(row["cell"])
+    scheme = SCHEME09_NAMES[row["scheme"]]
+    q, a = r09(F, "quant_" + scheme, d, N, causal), r09(F, "fp8_" + scheme, d, N, causal)
+    return {"quantisation, ms": q.ms, "GB/s": q.gbps, "share of the FP8 attention's time": 100 * q.ms / a.ms,
+            "with the quantisation, × stage 08": with_quant09(F, scheme, d, N, causal)}
+
+
+@spec("ch09-speed", CH09)
+def _(row, D, F):
+    d, N, causal = cell09(row["cell"])
+    out = {"stage 08 `tuned`, fp16: TFLOP/s (ms, min–max)": timed09(r09(F, "08_tuned", d, N, causal))}
+    for column, scheme in (("FP8 per tensor", "per_tensor"), ("FP8 per block + Hadamard", "per_block_hadamard"),
+                           ("FP8 per block", "per_block")):
+        out[column] = timed09(r09(F, "fp8_" + scheme, d, N, causal)) if scheme in schemes09(d) else NoNumber()
+    out["FP8 / stage 08"] = [speedup09(F, s, d, N, causal) for s in schemes09(d)]
+    return out
+
+
+@prose(CH09, r"Its speed on the H100 is ([\d.]+)–([\d.]+)× stage 08 at d = 128 and ([\d.]+)–([\d.]+)× at d = 64")
+def _(D, F):
+    return [min(ratios09(F, 128)), max(ratios09(F, 128)), min(ratios09(F, 64)), max(ratios09(F, 64))]
+
+
+@prose(CH09, r"The honest summary: \*\*([\d.]+)–([\d.]+)× stage 08 at d = 128 and ([\d.]+)–([\d.]+)× at d = 64, against a goal of 1\.5×\.\*\*")
+def _(D, F):
+    return [min(ratios09(F, 128)), max(ratios09(F, 128)), min(ratios09(F, 64)), max(ratios09(F, 64))]
+
+
+@prose(CH09, r"stage 08's own calls spread from ([\d.]+) to ([\d.]+) ms \(the power cap of chapter 08\), so FP8's ([\d.]+)× there lies inside that spread; against stage 08's fastest call it is ([\d.]+)×")
+def _(D, F):
+    t, a = r09(F, "08_tuned", 128, 16384), r09(F, "fp8_per_tensor", 128, 16384)
+    return [float(t.fields["ms_min"]), float(t.fields["ms_max"]), t.ms / a.ms, float(t.fields["ms_min"]) / a.ms]
+
+
+@prose(CH09, r"The best FP8 cell is (\d+) TFLOP/s \(causal, N = 16384\)\. At d = 128, non-causal, N = 16384, the cell FA-3 publishes, (\d+) TFLOP/s \(per tensor; (\d+) per block \+ Hadamard\) is (\d+)% of the 1,346 TFLOP/s the course measured for an 8192³ e4m3 matrix product on this card \(chapter 08\), and (\d+)% of FA-3's published FP8 forward there, about 1\.0 PFLOP/s")
+def _(D, F):
+    best = max((r for r in F["stage09_speed"].rows if r.variant.startswith("fp8_")), key=lambda r: r.tflops)
+    if best.shape_items["causal"] != "1" or best.shape_items["N"] != "16384":
+        raise LookupError(f"the best FP8 cell is {best.shape}")
+    t, h = r09(F, "fp8_per_tensor", 128, 16384).tflops, r09(F, "fp8_per_block_hadamard", 128, 16384).tflops
+    return [best.tflops, t, h, 100 * t / 1346, 100 * t / 1000]
+
+
+@prose(CH09, r"At d = 128, N = 4096 the FP8 kernel moves ([\d.]+) GB between the SMs and L2 against stage 08's ([\d.]+) GB, and reads (\d+) MB from DRAM against (\d+) MB")
+def _(D, F):
+    a, t = r09(F, "fp8_per_tensor", 128, 4096), r09(F, "08_tuned", 128, 4096)
+    return [Bytes(a.l2), Bytes(t.l2), Bytes(a.dram_read_bytes, "MB"), Bytes(t.dram_read_bytes, "MB")]
+
+
+@prose(CH09, r"halving the bytes and doubling the tensor rate left d = 128, N = 4096 at ([\d.]+)×")
+def _(D, F):
+    return [speedup09(F, "per_tensor", 128, 4096, 0)]
+
+
+@prose(CH09, r"The kernel's RMSE is within ([\d.]+)% of plain FP8's in every FP8 cell \(stage 08's within ([\d.]+)% of plain fp16's\)")
+def _(D, F):
+    acc = F["stage09_accuracy"]
+    dev = lambda v: max(abs(acc[(i, v)][0] - acc[(i, v)][2]) / acc[(i, v)][2] * 100 for i in ("normal", "outliers"))  # noqa: E731
+    return [max(dev(v) for v in ACCURACY09_COLUMNS.values() if v.startswith("fp8_")), dev("16-bit (08 tuned)")]
+
+
+@prose(CH09, r"With outliers the Hadamard transform is what helps\*\*: ([\d.]+e-\d) → ([\d.]+e-\d) for both remedies together, ([\d.]+)× less error; per-block scales alone are (\d+)% better than one scale")
+def _(D, F):
+    acc = F["stage09_accuracy"]
+    t, b, h = (acc[("outliers", v)][0] for v in ("fp8_per_tensor", "fp8_per_block", "fp8_per_block_hadamard"))
+    return [t, h, t / h, 100 * (1 - b / t)]
+
+
+@prose(CH09, r"the transform cuts it from ([\d.]+) to ([\d.]+) and from ([\d.]+) to ([\d.]+)\.")
+def _(D, F):
+    acc = F["stage09_accuracy"]
+    m = lambda v: acc[("outliers", v)][1]  # noqa: E731
+    return [m("fp8_per_tensor"), m("fp8_per_tensor_hadamard"), m("fp8_per_block"), m("fp8_per_block_hadamard")]
+
+
+@prose(CH09, r"\(([\d.]+e-\d) against its 2\.4e-2 with one scale, ([\d.]+e-\d) against 9\.1e-3 with both remedies\)")
+def _(D, F):
+    acc = F["stage09_accuracy"]
+    return [acc[("outliers", "fp8_per_tensor")][0], acc[("outliers", "fp8_per_block_hadamard")][0]]
+
+
+@prose(CH09, r"Our fp16 row is (\d+)× below the paper's 1\.9e-4")
+def _(D, F):
+    return [1.9e-4 / F["stage09_accuracy"][("outliers", "16-bit (08 tuned)")][0]]
+
+
+@prose(CH09, r"largest relative error ([\d.]+e-\d) against a tolerance of ([\d.]+e-\d), with (\d+) of (\d+) checked values out of bounds")
+def _(D, F):
+    b = F["stage09_bias"]
+    return [b["max_rel_err"], b["tol"], b["bad"], b["checked"]]
+
+
+@prose(CH09, r"O = ([\d.]+) where float64 says ([\d.]+)")
+def _(D, F):
+    return [F["stage09_bias"]["O"], F["stage09_bias"]["expected"]]
+
+
+@prose(CH09, r"\(O ([\d.]+) where float64 says ([\d.]+) at N = 4096, 12% low at 16384\)")
+def _(D, F):
+    return [F["stage09_bias"]["O"], F["stage09_bias"]["expected"]]
+
+
+@prose(CH09, r"every check passes; d = 64, N = 16384 gives ([\d.]+e-\d)")
+def _(D, F):
+    return [r09(F, "fp8_per_block", 64, 16384).max_rel_err]
+
+
+@prose(CH09, r"the failing run took ([\d.]+) ms at d = 64, N = 4096, the fixed kernel ([\d.]+) ms in a later run \(in which stage 08 also moved, ([\d.]+) → ([\d.]+) ms\)")
+def _(D, F):
+    ms = F["stage09_bias"]["ms"]
+    return [ms["fp8_per_block"], r09(F, "fp8_per_block", 64, 4096).ms, ms["08_tuned"], r09(F, "08_tuned", 64, 4096).ms]
+
+
+@prose(CH09, r"It moves (\d+) MB in one pass \(the 16-bit inputs read, the bytes written\) and (\d+) MB per tensor")
+def _(D, F):
+    return [Bytes(r09(F, "quant_per_block_hadamard", 128, 4096).io_model_bytes, "MB"),
+            Bytes(r09(F, "quant_per_tensor", 128, 4096).io_model_bytes, "MB")]
+
+
+@prose(CH09, r"per block with the transform \(([\d.]+) ms\) is faster than per tensor without it \(([\d.]+) ms\)")
+def _(D, F):
+    return [r09(F, "quant_per_block_hadamard", 128, 4096).ms, r09(F, "quant_per_tensor", 128, 4096).ms]
+
+
+@prose(CH09, r"the quantisation's share falls from (\d+)% to (\d+)% at d = 128")
+def _(D, F):
+    share = lambda N: 100 * r09(F, "quant_per_block_hadamard", 128, N).ms / r09(F, "fp8_per_block_hadamard", 128, N).ms  # noqa: E731
+    return [share(4096), share(16384)]
+
+
+@prose(CH09, r"At about ([\d.]+) TB/s, well under a copy's")
+def _(D, F):
+    return [r09(F, "quant_per_block_hadamard", 128, 4096).gbps / 1000]
+
+
+def with_quant_all09(F):
+    return [with_quant09(F, s, d, N, c) for d, N, c in CELLS09 for s in schemes09(d)]
+
+
+@prose(CH09, r"FP8 attention is slower than stage 08 in every cell, ([\d.]+)–([\d.]+)×")
+def _(D, F):
+    return [min(with_quant_all09(F)), max(with_quant_all09(F))]
+
+
+@prose(CH09, r"quantisation plus FP8 attention is ([\d.]+)–([\d.]+)× stage 08")
+def _(D, F):
+    return [min(with_quant_all09(F)), max(with_quant_all09(F))]
+
+
+@prose(CH09, r"gain more than this kernel's ([\d.]+)–([\d.]+)×")
+def _(D, F):
+    return [min(ratios09(F, 128)), max(ratios09(F, 128))]
+
+
+@prose(CH09, r"The crossbar's counters measure it within ([\d.]+)% in every cell \(([\d.]+) GB at d = 128, N = 4096\)")
+def _(D, F):
+    fp8 = [r for r in F["stage09_speed"].rows if r.variant.startswith("fp8_")]
+    return [max(abs(r.l2 - r.io_model_bytes) / r.io_model_bytes * 100 for r in fp8),
+            Bytes(r09(F, "fp8_per_tensor", 128, 4096).l2)]
+
+
+@prose(CH09, r"At d = 64 the FP8 kernel moves ([\d.]+) GB where stage 08 moves ([\d.]+) GB, not half")
+def _(D, F):
+    return [Bytes(r09(F, "fp8_per_block", 64, 4096).io_model_bytes), Bytes(r09(F, "08_tuned", 64, 4096).io_model_bytes)]
+
+
+@prose(CH09, r"the FP8 kernel's largest relative error against float64 ranges from ([\d.]+e-\d) to ([\d.]+e-\d)")
+def _(D, F):
+    errs = [r.max_rel_err for r in F["stage09_speed"].rows if r.variant.startswith("fp8_")]
+    return [min(errs), max(errs)]
+
+
+@prose(README, r"in progress \(on the H100: FA-3's FP8 accuracy reproduced, the Hadamard transform ([\d.]+)× less error on outlier inputs; speed ([\d.]+)–([\d.]+)× stage 08 at d = 128 and ([\d.]+)–([\d.]+)× at d = 64, against a goal of 1\.5×")
+def _(D, F):
+    acc = F["stage09_accuracy"]
+    return [acc[("outliers", "fp8_per_tensor")][0] / acc[("outliers", "fp8_per_block_hadamard")][0],
+            min(ratios09(F, 128)), max(ratios09(F, 128)), min(ratios09(F, 64)), max(ratios09(F, 64))]
+
 # --- running the checks --------------------------------------------------------------------------
 
 def run(root):
@@ -1677,6 +1948,9 @@ def run(root):
         "stage10_first": read_simple_csv(os.path.join(root, STAGE10, "first_run_32k.csv")),
         "stage10_fb": read_simple_csv(os.path.join(root, STAGE10, "forward_backward.csv")),
         "stage10_timelines": read_timelines(root),
+        "stage09_speed": Data(os.path.join(root, STAGE09, "first_speed.csv")),
+        "stage09_accuracy": read_accuracy09(os.path.join(root, STAGE09, "accuracy_n4096_d128.txt")),
+        "stage09_bias": read_bias09(os.path.join(root, STAGE09, "bias_before_promote_d64.txt")),
     }
     failures, cells = [], 0
     by_file = {}
