@@ -104,6 +104,49 @@ struct Engine::Impl {
   Impl(const Split& sp, const Shape& shape, course::Dtype dtype, Transport tr)
       : split(sp), s(shape), t(dtype), transport(tr), ranks(std::size_t(sp.G())), sent(std::size_t(sp.G()), 0) {}
 
+  // Rank r's chunk k (c slots a head) and the same rows of the whole sequence (B·H heads of N rows),
+  // `row_bytes` a row: one 2-D copy, head by head. scatter: sequence to chunk; gather: back.
+  void scatter(int r, int k, void* chunk, const void* sequence, std::size_t row_bytes) const {
+    const int j = split.chunk_of(r, k);
+    CUDA_CHECK(cudaMemcpy2D(chunk, std::size_t(split.c()) * row_bytes,
+                            static_cast<const char*>(sequence) + std::size_t(split.start(j)) * row_bytes,
+                            std::size_t(s.N) * row_bytes, std::size_t(split.rows(j)) * row_bytes,
+                            std::size_t(s.heads()), cudaMemcpyDefault));
+  }
+  void gather(int r, int k, void* sequence, const void* chunk, std::size_t row_bytes) const {
+    const int j = split.chunk_of(r, k);
+    CUDA_CHECK(cudaMemcpy2D(static_cast<char*>(sequence) + std::size_t(split.start(j)) * row_bytes,
+                            std::size_t(s.N) * row_bytes, chunk, std::size_t(split.c()) * row_bytes,
+                            std::size_t(split.rows(j)) * row_bytes, std::size_t(s.heads()), cudaMemcpyDefault));
+  }
+
+  // The start of a call (forward or backward): every rank's streams after GPU 0's begin, which comes
+  // after the previous call's end; the end: GPU 0's default stream after every rank's `finished`.
+  std::chrono::steady_clock::time_point begin_call() {
+    const auto host_start = std::chrono::steady_clock::now();
+    std::fill(sent.begin(), sent.end(), 0);
+    {
+      OnDevice on(ranks[0].device);
+      CUDA_CHECK(cudaEventRecord(begin0, nullptr));
+    }
+    for (RankState& x : ranks) {
+      OnDevice on(x.device);
+      CUDA_CHECK(cudaStreamWaitEvent(nullptr, begin0, 0));
+      CUDA_CHECK(cudaEventRecord(x.begin, nullptr));
+      // The transfer stream after the rank's own default stream too (not GPU 0's alone): a
+      // non-blocking stream does not wait for the legacy one, and upload() may return before its
+      // last bytes have landed in kv[0].
+      CUDA_CHECK(cudaStreamWaitEvent(x.transfers, x.begin, 0));
+    }
+    return host_start;
+  }
+  void end_call(std::chrono::steady_clock::time_point host_start) {
+    OnDevice on(ranks[0].device);
+    for (RankState& x : ranks) CUDA_CHECK(cudaStreamWaitEvent(nullptr, x.finished, 0));
+    CUDA_CHECK(cudaEventRecord(done0, nullptr));
+    enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start).count();
+  }
+
   using Events = std::vector<cudaEvent_t> RankState::*;
   using Buffer = std::function<void*(RankState&)>;
 
@@ -289,25 +332,17 @@ Engine::~Engine() {
 
 void Engine::upload(const std::uint16_t* Q, const std::uint16_t* K, const std::uint16_t* V) {
   Impl& m = *impl_;
-  const Split& sp = m.split;
-  const std::size_t n = m.chunk_values(), d = std::size_t(m.s.d), row_bytes = d * sizeof(std::uint16_t);
-  const int R = sp.per_rank();
-  for (int r = 0; r < sp.G(); ++r) {
+  const std::size_t n = m.chunk_values(), row_bytes = std::size_t(m.s.d) * 2;
+  const int R = m.split.per_rank();
+  for (int r = 0; r < m.split.G(); ++r) {
     RankState& x = m.ranks[std::size_t(r)];
     OnDevice on(x.device);
     CUDA_CHECK(cudaMemset(x.q.get(), 0, x.q.bytes()));  // padding rows: zero
     for (auto& b : x.kv) CUDA_CHECK(cudaMemset(b.get(), 0, b.bytes()));
     for (int k = 0; k < R; ++k) {
-      const int chunk = sp.chunk_of(r, k);
-      // Head h's rows start(chunk) … of the sequence to rows 0 … of the chunk's head h.
-      auto copy = [&](std::uint16_t* dst, const std::uint16_t* src) {
-        CUDA_CHECK(cudaMemcpy2D(dst, std::size_t(sp.c()) * row_bytes, src + std::size_t(sp.start(chunk)) * d,
-                                std::size_t(m.s.N) * row_bytes, std::size_t(sp.rows(chunk)) * row_bytes,
-                                std::size_t(m.s.heads()), cudaMemcpyHostToDevice));
-      };
-      copy(x.q.get() + k * n, Q);
-      copy(x.kv[0].get() + k * n, K);
-      copy(x.kv[0].get() + (R + k) * n, V);
+      m.scatter(r, k, x.q.get() + k * n, Q, row_bytes);
+      m.scatter(r, k, x.kv[0].get() + k * n, K, row_bytes);
+      m.scatter(r, k, x.kv[0].get() + (R + k) * n, V, row_bytes);
     }
   }
 }
@@ -316,7 +351,7 @@ void Engine::upload_dO(const std::uint16_t* dO) {
   Impl& m = *impl_;
   const Split& sp = m.split;
   const int R = sp.per_rank(), G = sp.G();
-  const std::size_t n = m.chunk_values(), rows = m.chunk_rows(), d = std::size_t(m.s.d), row_bytes = d * 2;
+  const std::size_t n = m.chunk_values(), rows = m.chunk_rows();
   for (int r = 0; r < G; ++r) {
     RankState& x = m.ranks[std::size_t(r)];
     OnDevice on(x.device);
@@ -333,12 +368,8 @@ void Engine::upload_dO(const std::uint16_t* dO) {
         for (int k = 0; k < G; ++k) events->push_back(new_event(true));
     }
     CUDA_CHECK(cudaMemset(x.dO.get(), 0, x.dO.bytes()));  // padding rows: zero
-    for (int k = 0; k < R; ++k) {
-      const int chunk = sp.chunk_of(r, k);
-      CUDA_CHECK(cudaMemcpy2D(x.dO.get() + k * n, std::size_t(sp.c()) * row_bytes,
-                              dO + std::size_t(sp.start(chunk)) * d, std::size_t(m.s.N) * row_bytes,
-                              std::size_t(sp.rows(chunk)) * row_bytes, std::size_t(m.s.heads()), cudaMemcpyHostToDevice));
-    }
+    for (int k = 0; k < R; ++k)
+      m.scatter(r, k, x.dO.get() + k * n, dO, std::size_t(m.s.d) * 2);
   }
 }
 
@@ -348,25 +379,14 @@ void Engine::backward() {
   const int G = sp.G(), R = sp.per_rank();
   course::require(m.ranks[0].dO.size() > 0, "Engine::backward: upload_dO first");
   course::require(m.forward_done, "Engine::backward: a whole forward (Part::all) first: it takes O and L from it");
-  const auto host_start = std::chrono::steady_clock::now();
   const std::size_t n = m.chunk_values(), rows = m.chunk_rows();
   const bool d128 = m.s.d == 128;
-  std::fill(m.sent.begin(), m.sent.end(), 0);
   m.moved = G > 1;
   Shape chunk = m.s;
   chunk.N = sp.c();
-  {
-    OnDevice on(m.ranks[0].device);
-    CUDA_CHECK(cudaEventRecord(m.begin0, nullptr));
-  }
+  const auto host_start = m.begin_call();
   for (RankState& x : m.ranks) {
     OnDevice on(x.device);
-    CUDA_CHECK(cudaStreamWaitEvent(nullptr, m.begin0, 0));
-    CUDA_CHECK(cudaEventRecord(x.begin, nullptr));
-    // The transfer stream after the rank's own default stream too (not GPU 0's alone): a
-    // non-blocking stream does not wait for the legacy one, and upload() may return before its
-    // last bytes have landed in kv[0].
-    CUDA_CHECK(cudaStreamWaitEvent(x.transfers, x.begin, 0));
     // D = rowsum(dO ∘ O) and dQacc = 0, chunk by chunk (O and L: the last forward's).
     for (int k = 0; k < R; ++k) {
       attention::BackwardArgs a{};
@@ -440,26 +460,18 @@ void Engine::backward() {
     }
     CUDA_CHECK(cudaEventRecord(x.finished, nullptr));
   }
-  OnDevice on(m.ranks[0].device);
-  for (RankState& x : m.ranks) CUDA_CHECK(cudaStreamWaitEvent(nullptr, x.finished, 0));
-  CUDA_CHECK(cudaEventRecord(m.done0, nullptr));
-  m.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start).count();
+  m.end_call(host_start);
 }
 
 void Engine::download_gradients(std::uint16_t* dQ, std::uint16_t* dK, std::uint16_t* dV) const {
   const Impl& m = *impl_;
-  const Split& sp = m.split;
-  const std::size_t n = m.chunk_values(), d = std::size_t(m.s.d);
-  for (int r = 0; r < sp.G(); ++r) {
+  const std::size_t n = m.chunk_values(), row_bytes = std::size_t(m.s.d) * 2;
+  for (int r = 0; r < m.split.G(); ++r) {
     const RankState& x = m.ranks[std::size_t(r)];
     OnDevice on(x.device);
-    for (int k = 0; k < sp.per_rank(); ++k) {
-      const int chunk = sp.chunk_of(r, k);
-      const std::size_t first = std::size_t(sp.start(chunk)), count = std::size_t(sp.rows(chunk));
+    for (int k = 0; k < m.split.per_rank(); ++k)
       for (auto [out, in] : {std::pair{dQ, x.dQ.get()}, std::pair{dK, x.dK.get()}, std::pair{dV, x.dV.get()}})
-        CUDA_CHECK(cudaMemcpy2D(out + first * d, std::size_t(m.s.N) * d * 2, in + k * n, std::size_t(sp.c()) * d * 2,
-                                count * d * 2, std::size_t(m.s.heads()), cudaMemcpyDeviceToHost));
-    }
+        m.gather(r, k, out, in + k * n, row_bytes);
   }
 }
 
@@ -482,24 +494,10 @@ void Engine::poison() {
 
 void Engine::forward(Part part) {
   Impl& m = *impl_;
-  const auto host_start = std::chrono::steady_clock::now();
   const int G = m.split.G();
-  std::fill(m.sent.begin(), m.sent.end(), 0);
   m.moved = part != Part::compute && G > 1;
   m.forward_done = part == Part::all;
-  {
-    OnDevice on(m.ranks[0].device);
-    CUDA_CHECK(cudaEventRecord(m.begin0, nullptr));
-  }
-  for (RankState& x : m.ranks) {  // every stream starts after GPU 0's begin
-    OnDevice on(x.device);
-    CUDA_CHECK(cudaStreamWaitEvent(nullptr, m.begin0, 0));
-    CUDA_CHECK(cudaEventRecord(x.begin, nullptr));
-    // The transfer stream after the rank's own default stream too (not GPU 0's alone): a
-    // non-blocking stream does not wait for the legacy one, and upload() may return before its
-    // last bytes have landed in kv[0].
-    CUDA_CHECK(cudaStreamWaitEvent(x.transfers, x.begin, 0));
-  }
+  const auto host_start = m.begin_call();
   std::vector<std::vector<bool>> seen(std::size_t(G), std::vector<bool>(std::size_t(m.split.per_rank()), false));
   for (int step = 0; step < G; ++step) {
     const int slot = part == Part::compute ? 0 : Impl::kv_slot(step);
@@ -518,10 +516,7 @@ void Engine::forward(Part part) {
     if (part != Part::transfers) launch_round(m.t, x.o.size(), x.o_acc.get(), x.o.get(), nullptr);
     CUDA_CHECK(cudaEventRecord(x.finished, nullptr));
   }
-  OnDevice on(m.ranks[0].device);
-  for (RankState& x : m.ranks) CUDA_CHECK(cudaStreamWaitEvent(nullptr, x.finished, 0));
-  CUDA_CHECK(cudaEventRecord(m.done0, nullptr));
-  m.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start).count();
+  m.end_call(host_start);
 }
 
 double Engine::enqueue_ms() const { return impl_->enqueue_ms; }
@@ -558,20 +553,13 @@ void Engine::wait(double timeout_s) const {
 
 void Engine::download(std::uint16_t* O, float* L) const {
   const Impl& m = *impl_;
-  const Split& sp = m.split;
-  const std::size_t n = m.chunk_values(), rows = m.chunk_rows(), d = std::size_t(m.s.d);
-  for (int r = 0; r < sp.G(); ++r) {
+  const std::size_t n = m.chunk_values(), rows = m.chunk_rows();
+  for (int r = 0; r < m.split.G(); ++r) {
     const RankState& x = m.ranks[std::size_t(r)];
     OnDevice on(x.device);
-    for (int k = 0; k < sp.per_rank(); ++k) {
-      const int chunk = sp.chunk_of(r, k);
-      const std::size_t first = std::size_t(sp.start(chunk)), count = std::size_t(sp.rows(chunk));
-      CUDA_CHECK(cudaMemcpy2D(O + first * d, std::size_t(m.s.N) * d * 2, x.o.get() + k * n,
-                              std::size_t(sp.c()) * d * 2, count * d * 2, std::size_t(m.s.heads()),
-                              cudaMemcpyDeviceToHost));
-      CUDA_CHECK(cudaMemcpy2D(L + first, std::size_t(m.s.N) * sizeof(float), x.l_acc.get() + k * rows,
-                              std::size_t(sp.c()) * sizeof(float), count * sizeof(float),
-                              std::size_t(m.s.heads()), cudaMemcpyDeviceToHost));
+    for (int k = 0; k < m.split.per_rank(); ++k) {
+      m.gather(r, k, O, x.o.get() + k * n, std::size_t(m.s.d) * 2);
+      m.gather(r, k, L, x.l_acc.get() + k * rows, sizeof(float));
     }
   }
 }

@@ -336,6 +336,7 @@ TEST_CASE("the backward over NCCL and peer copies (2 or more GPUs): the same dK,
     const Split sp(1001, G, zigzag);
     const auto in = attention::make_backward_inputs(s, Dtype::bf16, course::fresh_seed());
     CAPTURE(s.text());
+    CAPTURE(sp.text());
     CAPTURE(in.fwd.seed);
     const Gradients copies = run_ring_backward(sp, s, Dtype::bf16, in, Transport::copies);
     check_gradients(s, Dtype::bf16, in, copies);
