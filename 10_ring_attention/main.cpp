@@ -34,6 +34,7 @@
 #include "../06_flash_v2/device_run.hpp"
 #include "../07_backward/kernels.cuh"
 #include "engine.hpp"
+#include "timer.hpp"
 #endif
 
 using namespace attention;
@@ -122,6 +123,11 @@ int main(int argc, char** argv) {
     course::require(!bench.use_gpu() || gpus == 0 || gpus <= have,
                     "--gpus " + std::to_string(gpus) + ": this machine has " + std::to_string(have) + " GPU(s)");
     nccl_runs = bench.use_gpu() && ring::built_with_nccl() && have >= 2 && G >= 2;
+    if (bench.use_gpu() && have >= 2) {  // every GPU's L2 cold before each timed run, not GPU 0's alone
+      std::vector<int> devices;
+      for (int d = 0; d < have; ++d) devices.push_back(d);
+      course::flush_l2_also(devices);
+    }
     if (bench.use_gpu() && !nccl_runs)
       notes.push_back(!ring::built_with_nccl() ? "ring/zigzag over NCCL: n/a, built without NCCL (set COURSE_NCCL_ROOT)"
                                                : "ring/zigzag over NCCL: n/a, this machine has " + std::to_string(have) +

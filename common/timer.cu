@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "check.hpp"
@@ -24,8 +25,8 @@ struct FlushBuffer {
   int4* data = nullptr;
   int* sink = nullptr;
   size_t count = 0;
-  FlushBuffer() {
-    const size_t bytes = std::max<size_t>(3 * gpu().l2_bytes, size_t(64) << 20);
+  explicit FlushBuffer(size_t l2_bytes = gpu().l2_bytes) {
+    const size_t bytes = std::max<size_t>(3 * l2_bytes, size_t(64) << 20);
     count = bytes / sizeof(int4);
     // Not a DeviceBuffer: this scratch space is not part of any problem's memory footprint.
     CUDA_CHECK(cudaMalloc(&data, count * sizeof(int4)));
@@ -43,12 +44,54 @@ struct Event {
   Event& operator=(const Event&) = delete;
 };
 
+// The other GPUs of flush_l2_also: each its buffer (on that GPU) and an event for the wait.
+struct OtherGpu {
+  int device, sms;
+  std::unique_ptr<FlushBuffer> buffer;
+  cudaEvent_t flushed{};
+};
+std::vector<OtherGpu>& other_gpus() {
+  static std::vector<OtherGpu> gpus;
+  return gpus;
+}
+
 }  // namespace
+
+void flush_l2_also(const std::vector<int>& devices) {
+  int current = 0;
+  CUDA_CHECK(cudaGetDevice(&current));
+  for (int d : devices) {
+    if (d == current) continue;
+    bool known = false;
+    for (const OtherGpu& g : other_gpus()) known |= g.device == d;
+    if (known) continue;
+    OtherGpu g{d, 0, nullptr, {}};
+    int l2 = 0;
+    CUDA_CHECK(cudaSetDevice(d));
+    CUDA_CHECK(cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, d));
+    CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, d));
+    g.buffer = std::make_unique<FlushBuffer>(size_t(l2));
+    CUDA_CHECK(cudaEventCreateWithFlags(&g.flushed, cudaEventDisableTiming));
+    CUDA_CHECK(cudaSetDevice(current));
+    other_gpus().push_back(std::move(g));
+  }
+}
 
 void flush_l2() {
   static FlushBuffer buffer;
   read_all<<<4 * gpu().sm_count, 512>>>(buffer.data, buffer.count, buffer.sink, 1);
   CUDA_CHECK_LAUNCH();
+  if (other_gpus().empty()) return;
+  int current = 0;
+  CUDA_CHECK(cudaGetDevice(&current));
+  for (OtherGpu& g : other_gpus()) {
+    CUDA_CHECK(cudaSetDevice(g.device));
+    read_all<<<4 * g.sms, 512>>>(g.buffer->data, g.buffer->count, g.buffer->sink, 1);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaEventRecord(g.flushed, nullptr));
+    CUDA_CHECK(cudaSetDevice(current));
+    CUDA_CHECK(cudaStreamWaitEvent(nullptr, g.flushed, 0));
+  }
 }
 
 Timing time_gpu(const std::function<void()>& launch, const TimingOptions& options) {

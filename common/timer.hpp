@@ -5,6 +5,7 @@
 #if COURSE_HAS_CUDA
 
 #include <functional>
+#include <vector>
 
 namespace course {
 
@@ -26,6 +27,10 @@ Timing time_gpu(const std::function<void()>& launch, const TimingOptions& option
 // Evicts the L2 by reading a buffer three times its size. Reading (not writing) leaves no dirty
 // lines behind whose write-back would be counted against the next kernel.
 void flush_l2();
+// Further GPUs whose L2 flush_l2() evicts as well (stage 10, whose one timed call runs on several):
+// each gets the same read pass on its default stream, and the current GPU's default stream waits
+// for them, so that the timed work starts with every GPU's L2 cold and none of the flush is timed.
+void flush_l2_also(const std::vector<int>& devices);
 
 }  // namespace course
 

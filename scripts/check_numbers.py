@@ -1627,6 +1627,25 @@ def _(D, F):
     return [100 * (r / s - 1), s / r, 100 * (z / s - 1), s / z]
 
 
+@prose(CH10, r"lie ([\d.]+)% of the median apart in the middle row of run 2 and up to ([\d.]+)% \(`single`\s+at N = 65536: ([\d.]+)–([\d.]+) ms\)")
+def _(D, F):
+    rows = [r for r in F["stage10_run2"] if r["ms"]]
+    spread = sorted((float(r["ms_max"]) - float(r["ms_min"])) / float(r["ms"]) for r in rows)
+    single = r10(F, 2, "single", 65536, 0)
+    return [100 * spread[len(spread) // 2], 100 * max(spread), float(single["ms_min"]), float(single["ms_max"])]
+
+
+@prose(CH10, r"repetition of a row lie ([\d.]+)% of the median apart in the middle\s+row and up to ([\d.]+)%, `ring_fb` at N = 32768 without a mask")
+def _(D, F):
+    rows = [r for r in F["stage10_fb"] if r["ms"]]
+    spread = {r["variant"] + r["shape"]: (float(r["ms_max"]) - float(r["ms_min"])) / float(r["ms"]) for r in rows}
+    ordered = sorted(spread.values())
+    widest = max(spread, key=spread.get)
+    if not (widest.startswith("ring_fb") and "N=32768" in widest and "causal=0" in widest):
+        raise LookupError("the widest forward + backward spread is " + widest)
+    return [100 * ordered[len(ordered) // 2], 100 * ordered[-1]]
+
+
 def fb10(F, variant, N, causal):
     """ms of a forward + backward row of stage 10 (forward_backward.csv)."""
     rows = [r for r in F["stage10_fb"] if r["variant"] == variant and f" N={N} " in r["shape"] + " "
