@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
         for (const std::string& name : runs) {
           const bool v1 = name == kFlashV1;
           const Blocks b1 = v1 ? flash_v1_blocks(sram_floats(flash_v1_compiled(s.d).back(), s.d), s.d) : Blocks{};
-          const Tiles tiles = v1 ? Tiles{b1.Br, b1.Bc} : v2_variant(name).tiles(s.d);
+          const Tiles tiles = v1 ? Tiles{b1.Br, b1.Bc} : v2_variant(name).tiles(s);
           course::Row row = bench.row(name, s.text() + " Br=" + std::to_string(tiles.Br) +
                                                 " Bc=" + std::to_string(tiles.Bc));
           row.dtype = course::name(t);

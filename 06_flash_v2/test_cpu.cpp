@@ -199,8 +199,8 @@ TEST_CASE("key blocks: all of them, or causal only up to the block's last row") 
 
 TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused with a message") {
   CHECK(v2_variants().size() == 10);
-  CHECK(v2_variant("skip_mask").tiles(64).Br == 64);  // rung 4's steps keep rung 3's tiles until 4e
-  CHECK(v2_variant("tuned").tiles(128).Br == 128);
+  CHECK(v2_variant("skip_mask").tiles(Shape{1, 1, 1024, 64}).Br == 64);  // rung 4's steps keep rung 3's tiles until 4e
+  CHECK(v2_variant("tuned").tiles(Shape{1, 1, 1024, 128}).Br == 128);
   CHECK(v2_variant("tuned").supports(Dtype::bf16, 128));
   CHECK(v2_variant("lazy_rescale").supports(Dtype::fp16, 64));
   CHECK_FALSE(v2_variant("tuned").supports(Dtype::fp32, 64));

@@ -86,7 +86,7 @@ TEST_CASE("stage 06 kernels: measured SM<->L2 traffic is the counted traffic") {
       const Dtype t = v.dtypes.front();
       if (!v.supports(t, d)) continue;
       const Shape s{2, 2, N, d, causal != 0};
-      const Tiles tiles = v.tiles(d);
+      const Tiles tiles = v.tiles(s);
       CAPTURE(v.name);
       CAPTURE(s.text());
       const auto in = make_inputs(s, t, course::fresh_seed());

@@ -14,9 +14,9 @@ namespace {
 using course::Dtype;
 
 // Block sizes, as the kernels are compiled (keep in step with kernels_fp32.cu and tc*.cu).
-Tiles fp32_tiles(int) { return {128, 64}; }  // 256 threads, 4 rows × 8 keys of S each
-Tiles rung_tiles(int) { return {64, 64}; }   // 4 warps × 16 rows (rungs 1 to 4d)
-Tiles tuned_tiles(int) { return {128, 64}; }  // 4 warps × 32 rows
+Tiles fp32_tiles(const Shape&) { return {128, 64}; }  // 256 threads, 4 rows × 8 keys of S each
+Tiles rung_tiles(const Shape&) { return {64, 64}; }   // 4 warps × 16 rows (rungs 1 to 4d)
+Tiles tuned_tiles(const Shape&) { return {128, 64}; }  // 4 warps × 32 rows
 
 #if COURSE_HAS_CUDA
 Launch fp32_launch() {

@@ -19,7 +19,7 @@ struct V2Variant {
   std::string name;
   std::vector<course::Dtype> dtypes;
   std::vector<int> ds;  // head dimensions
-  Tiles (*tiles)(int d);
+  Tiles (*tiles)(const Shape& s);  // the block sizes a problem runs with
   Launch launch;  // empty in a CPU-only build
   bool supports(course::Dtype t, int d) const;
 };

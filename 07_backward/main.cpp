@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
           double model = v->standard ? standard_backward_model_bytes(s, t) : flash_backward_model_bytes(s, t, plan);
           if (with_forward)
             model += v->standard ? standard_forward_model_bytes(s, t)
-                                 : flash_v2_model_bytes(s, t, v2_variant(t == Dtype::fp32 ? "flash_v2" : "tuned").tiles(s.d));
+                                 : flash_v2_model_bytes(s, t, v2_variant(t == Dtype::fp32 ? "flash_v2" : "tuned").tiles(s));
           row.io_model_bytes = model;
           if (const auto c = counted.find(count_key(*v)); c != counted.end())
             bench.record_counted(row, c->second.first, c->second.second);

@@ -39,11 +39,16 @@
 //    measured +1-4 % at N = 1024 (most, +4 %, causal at d = 128, whose tiles average 4.5 key
 //    blocks), within ±1 % elsewhere. The ablation tuned_no_tma_store keeps stage 06's epilogue.
 //  - kStages = 3 at d = 64 (24 + 96 KB + 24 KB of staging), 2 at d = 128 (32 + 128 KB + 32 KB).
-// Tried and measured, off here (chapter 08): the lazy rescale (kLazyLog2 = 8) and a quarter or half
-// of the exponentials on the FMA pipe (kPolyEvery = 4, 2).
+// Tried and measured, off here (chapter 08): the lazy rescale (kLazyLog2 = 8), a quarter or half
+// of the exponentials on the FMA pipe (kPolyEvery = 4, 2), and key blocks of 160 at d = 128 when
+// not causal (kBc160; FlashAttention-3 takes 176, which leaves no room for O's own staging here):
+// predicted +2-4 % at N = 4096 and 16384 (a fifth fewer turns, row reductions and rescales a
+// key), measured 0.99-1.01x, and 0.92x at N = 1024 (7 blocks of 160: 1120 keys computed for 1024).
 //
 // IO: rung 5's (the same tiles, the same loads). What should move: the time at N = 1024 (the
 // prologue and epilogue of a tile hidden), a little everywhere else.
+#include <type_traits>
+
 #include "check.hpp"
 #include "fa3_common.cuh"
 #include "gpu.hpp"
@@ -59,14 +64,14 @@ constexpr int consumer_registers() {
   return (65536 / 128 - 24) / kWG / 8 * 8;
 }
 
-template <class T, int D, int kWG, int kStages, int kPolyEvery, int kLazyLog2, bool kTmaStore>
+template <class T, int D, int kWG, int kStages, int kPolyEvery, int kLazyLog2, bool kTmaStore, int Bc>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     flash_v3_tuned(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                    const __grid_constant__ CUtensorMap mapV, const __grid_constant__ CUtensorMap mapO, Params p,
                    int heads, int* next_tile) {
-  constexpr int NT = kBc / 8, DT = D / 8, Br = 64 * kWG;
+  constexpr int NT = Bc / 8, DT = D / 8, Br = 64 * kWG;
   extern __shared__ uint8_t smem_raw[];
-  const Pipeline<D, kStages, true, 1, Br> pipe{align1024(smem_raw)};
+  const Pipeline<D, kStages, true, 1, Br, Bc> pipe{align1024(smem_raw)};
   // The warp's number and (below) the tile's, broadcast from lane 0: ptxas then knows them equal in
   // every lane and keeps what is computed from them (rows, block counts, descriptors) in the warp's
   // uniform registers. Without that the consumers need more than the 160 registers they have at
@@ -99,7 +104,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         int i, h;
         tile(t, i, h);
         it = pipe.produce(&mapQ, &mapK, &mapV, query_row0(p.N, Br, p.causal, true, i), h,
-                          key_blocks(p.N, Br, kBc, p.causal, i, true), it);
+                          key_blocks(p.N, Br, Bc, p.causal, i, true), it);
       }
     }
   } else {  // ---- the consumers ----
@@ -122,20 +127,20 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       // first tile when Br does not divide N, its rows before 0 padding (TMA fills them with zeros).
       const int row0 = query_row0(p.N, Br, p.causal, true, i), wg_row0 = row0 + 64 * cwg,
                 warp_row0 = row0 + 16 * cwarp;
-      const int blocks = key_blocks(p.N, Br, kBc, p.causal, i, true);
+      const int blocks = key_blocks(p.N, Br, Bc, p.causal, i, true);
       // The key blocks this warpgroup's 64 rows need: causal, fewer than the tile's (whose last row
       // is up to 128 further on); rows all padding, one (computed and not written: a wgmma under a
       // branch would cost more, C7520). Visits before b0 are keys past every row of the warpgroup:
       // it gives their slots back unread and lets its turn pass, so that the turns stay in order.
       const bool padding = wg_row0 + 64 <= 0 || wg_row0 >= p.N;
-      const int needed = padding ? 1 : p.causal ? min(blocks, (wg_row0 + 64 + kBc - 1) / kBc) : blocks;
+      const int needed = padding ? 1 : p.causal ? min(blocks, (wg_row0 + 64 + Bc - 1) / Bc) : blocks;
       const int b0 = blocks - needed;
       float o[1][DT][4] = {}, m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {};
       float S[1][NT][4];
       uint32_t P[1][NT / 2][4];
       auto mask = [&](int b) {  // the b-th key block visited: j = blocks − 1 − b
         const int j = blocks - 1 - b;
-        if (needs_mask(j, wg_row0, p.Nk, p.causal)) tc::mask_scores(S, warp_row0, j * kBc, p.Nk, p.causal);
+        if (needs_mask<Bc>(j, wg_row0, p.Nk, p.causal)) tc::mask_scores(S, warp_row0, j * Bc, p.Nk, p.causal);
       };
 
       for (int b = 0; b < b0; ++b) {  // an empty turn; the slots back once their loads landed
@@ -234,9 +239,11 @@ int* tile_counter() {  // one a GPU: stage 10 drives several from one process
 namespace {
 
 // The tuned rung at compile-time settings; kStagesOr0 = 0: 3 at d = 64, 2 at d = 128; kWG64: the
-// consumer warpgroups at d = 64 (two at d = 128); kTmaStore: O written out by TMA stores.
-// Nk: keys at or past it are hidden (s.N but for stage 10's chunks, whose last rows may be padding).
-template <int kStagesOr0, int kPolyEvery64, int kLazyLog2, bool kPersistent, int kWG64 = 3, bool kTmaStore = true>
+// consumer warpgroups at d = 64 (two at d = 128); kTmaStore: O written out by TMA stores;
+// kBc160: key blocks of 160 at d = 128 when not causal (else 128). Nk: keys at or past it are hidden (s.N but for stage 10's chunks, whose last rows may be
+// padding).
+template <int kStagesOr0, int kPolyEvery64, int kLazyLog2, bool kPersistent, int kWG64 = 3, bool kTmaStore = true,
+          bool kBc160 = false>
 void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                   void* O, float* L, int Nk = -1) {
   if (Nk < 0) Nk = s.N;
@@ -247,19 +254,28 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
     constexpr int kStages = kStagesOr0 > 0 ? kStagesOr0 : (C::D == 64 ? 3 : 2);
     constexpr int kPoly = C::D == 64 ? kPolyEvery64 : 0;
     constexpr int kWG = C::D == 64 ? kWG64 : 2, Br = 64 * kWG;
-    constexpr size_t bytes = fa3::Smem<C::D, kStages, true, 1, Br>::kBytes;
-    const fa3::TensorMaps m = fa3::tensor_maps(s, t, C::D, Q, K, V, Br);
-    // O's map (boxes of one warp's 16 rows), for the TMA store; the other epilogue does not read it.
-    const CUtensorMap mapO = kTmaStore ? fa3::make_tensor_map(O, t == course::Dtype::bf16, s.heads(), s.N, C::D, 16) : m.Q;
-    const auto kernel = fa3::flash_v3_tuned<typename C::T, C::D, kWG, kStages, kPoly, kLazyLog2, kTmaStore>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    const unsigned persistent = fa3::persistent_grid(s, name, Br);  // checks the number of tiles too
-    const unsigned grid = kPersistent ? persistent : unsigned((s.N + Br - 1) / Br) * unsigned(s.heads());
-    int* next_tile = fa3::tile_counter();  // 0: the last launch reset it
-    tc::Params p = tc::params(Q, K, V, O, L, s.N, s.causal, C::D);
-    p.Nk = Nk;
-    kernel<<<grid, 128 * (kWG + 1), bytes>>>(m.Q, m.K, m.V, mapO, p, s.heads(), next_tile);
-    CUDA_CHECK_LAUNCH();
+    auto run = [&](auto key_block) {
+      constexpr int Bc = decltype(key_block)::value;
+      constexpr size_t bytes = fa3::Smem<C::D, kStages, true, 1, Br, Bc>::kBytes;
+      static_assert(bytes <= 227 * 1024, "rung 6's shared memory: at most 227 KB a block");
+      const fa3::TensorMaps m = fa3::tensor_maps(s, t, C::D, Q, K, V, Br, Bc);
+      // O's map (boxes of one warp's 16 rows), for the TMA store; the other epilogue does not read it.
+      const CUtensorMap mapO =
+          kTmaStore ? fa3::make_tensor_map(O, t == course::Dtype::bf16, s.heads(), s.N, C::D, 16) : m.Q;
+      const auto kernel = fa3::flash_v3_tuned<typename C::T, C::D, kWG, kStages, kPoly, kLazyLog2, kTmaStore, Bc>;
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+      const unsigned persistent = fa3::persistent_grid(s, name, Br);  // checks the number of tiles too
+      const unsigned grid = kPersistent ? persistent : unsigned((s.N + Br - 1) / Br) * unsigned(s.heads());
+      int* next_tile = fa3::tile_counter();  // 0: the last launch reset it
+      tc::Params p = tc::params(Q, K, V, O, L, s.N, s.causal, C::D);
+      p.Nk = Nk;
+      kernel<<<grid, 128 * (kWG + 1), bytes>>>(m.Q, m.K, m.V, mapO, p, s.heads(), next_tile);
+      CUDA_CHECK_LAUNCH();
+    };
+    if constexpr (C::D == 128 && kBc160) {
+      if (!s.causal) return run(std::integral_constant<int, 160>{});
+    }
+    run(std::integral_constant<int, fa3::kBc>{});
   });
 }
 
@@ -298,6 +314,10 @@ void launch_fa3_tuned_br128(const Shape& s, course::Dtype t, const void* Q, cons
 void launch_fa3_tuned_no_tma_store(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                                    void* O, float* L) {
   launch_tuned<0, 0, 0, true, 3, false>("tuned_no_tma_store", s, t, Q, K, V, O, L);
+}
+void launch_fa3_tuned_bc160(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                            float* L) {
+  launch_tuned<0, 0, 0, true, 3, true, true>("tuned_bc160", s, t, Q, K, V, O, L);
 }
 
 }  // namespace attention

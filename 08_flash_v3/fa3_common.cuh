@@ -7,10 +7,11 @@
 //
 // Work split: a thread block takes Br = 128 query rows of one head (rung 6 at d = 64: 192); each of
 // its two (three) compute warpgroups owns 64 of them (warp w of a warpgroup: 16 rows, as a warp of
-// stage 06 with MT = 1). Keys come in blocks of Bc = 128. A compute thread holds, as in stage 06:
-//   S[1][Bc/8][4]  its 2 rows × 2·Bc/8 columns of S = Q·Kᵀ (64 floats)
+// stage 06 with MT = 1). Keys come in blocks of Bc = 128 (rung 6 at d = 128, not causal: 160). A
+// compute thread holds, as in stage 06:
+//   S[1][Bc/8][4]  its 2 rows × 2·Bc/8 columns of S = Q·Kᵀ (64 floats; 80 at Bc = 160)
 //   o[1][D/8][4]   its 2 rows of O, unnormalised, fp32 (32 or 64 floats)
-//   P[1][Bc/16][4] P̃ packed to 16 bits as P·V's A operand (32 registers)
+//   P[1][Bc/16][4] P̃ packed to 16 bits as P·V's A operand (32 registers; 40)
 //   m[1][2], l[1][2]  the running max and the lane's share of the row sum
 #pragma once
 
@@ -32,10 +33,11 @@ constexpr int kSched = 3;
 // The shared memory of a rung: Q (Br × D), then kStages slots of K and V (Bc × D each), every tile
 // in the swizzle128 layout and 1024-byte aligned; then the mbarriers. Offsets in 16-bit values.
 // Br: the query rows of a tile, 64 a consumer warpgroup (rung 6 at d = 64: 192, three warpgroups).
-template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1, int Br = kBr>
+// Bc: the keys of a K/V tile (rung 6 at d = 128, not causal: 160).
+template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1, int Br = kBr, int Bc = kBc>
 struct Smem {
   // kQSlots = 2 (tile_overlap): two Q tiles, so that the next tile's Q has landed before this tile ends.
-  static constexpr int kQ = 0, kKV = kQSlots * Br * D, kSlot = 2 * kBc * D;
+  static constexpr int kQ = 0, kKV = kQSlots * Br * D, kSlot = 2 * Bc * D;
   // kOwnStaging (rung 6, tile_overlap): O is staged in a region of its own, not over Q, so that the
   // next tile's Q can land while this tile's O is written out.
   static constexpr int kO = kKV + kStages * kSlot;
@@ -57,8 +59,9 @@ __device__ inline uint16_t* align1024(void* smem) {
 // the mask (the causal diagonal, the tail past N) come first. Causal: the heaviest query blocks
 // (the last ones) start first.
 __device__ inline int query_block(bool causal) { return causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; }
+template <int Bc = kBc>
 __device__ inline bool needs_mask(int j, int row0, int N, bool causal) {
-  return (j + 1) * kBc > N || (causal && (j + 1) * kBc - 1 > row0);
+  return (j + 1) * Bc > N || (causal && (j + 1) * Bc - 1 > row0);
 }
 
 // Where warp `wi` (0..3) of warpgroup `wg` stages its 16 rows × D of O for stage 06's epilogue
@@ -83,14 +86,14 @@ __device__ inline uint16_t* staging(uint16_t* Qs, int wg, int wi) {
 // Load number `it` (key block j = blocks − 1 − it) uses slot it % kStages, in that slot's phase
 // (it / kStages) & 1. The producer waits for a slot's previous use to be released; for the first
 // round it asks for the parity of the phase before the barrier's first, which returns at once.
-template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1, int Br = kBr>
+template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1, int Br = kBr, int Bc = kBc>
 struct Pipeline {
-  using L = Smem<D, kStages, kOwnStaging, kQSlots, Br>;
+  using L = Smem<D, kStages, kOwnStaging, kQSlots, Br, Bc>;
   uint16_t* smem;  // 1024-byte aligned
   // Tile n's Q (rungs 6 and 7 number the tiles a block takes; the others have tile 0 only).
   __device__ uint16_t* Q(int n = 0) const { return smem + L::kQ + (n % kQSlots) * Br * D; }
   __device__ uint16_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
-  __device__ uint16_t* V(int it) const { return K(it) + kBc * D; }
+  __device__ uint16_t* V(int it) const { return K(it) + Bc * D; }
   __device__ uint16_t* O() const { return smem + L::kO; }  // kOwnStaging only
   __device__ uint64_t* bar(int k) const { return reinterpret_cast<uint64_t*>(smem + L::kHalves) + k; }
   __device__ uint64_t* q_full(int n = 0) const { return bar(2 * (n % kQSlots)); }
@@ -144,15 +147,15 @@ struct Pipeline {
 #pragma unroll
     for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(Q(n) + b * Br * 64, mapQ, q_full(n), 64 * b, row0, h);
     for (int j = blocks - 1; j >= 0; --j, ++it) {
-      const int key0 = j * kBc;
+      const int key0 = j * Bc;
       hopper::mbarrier_wait(k_empty(it), phase(it) ^ 1);
-      hopper::mbarrier_arrive_expect_tx(k_full(it), kBc * D * 2);
+      hopper::mbarrier_arrive_expect_tx(k_full(it), Bc * D * 2);
 #pragma unroll
-      for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(K(it) + b * kBc * 64, mapK, k_full(it), 64 * b, key0, h);
+      for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(K(it) + b * Bc * 64, mapK, k_full(it), 64 * b, key0, h);
       hopper::mbarrier_wait(v_empty(it), phase(it) ^ 1);
-      hopper::mbarrier_arrive_expect_tx(v_full(it), kBc * D * 2);
+      hopper::mbarrier_arrive_expect_tx(v_full(it), Bc * D * 2);
 #pragma unroll
-      for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(V(it) + b * kBc * 64, mapV, v_full(it), 64 * b, key0, h);
+      for (int b = 0; b < D / 64; ++b) hopper::tma_load_3d(V(it) + b * Bc * 64, mapV, v_full(it), 64 * b, key0, h);
     }
     return it;
   }
@@ -261,27 +264,28 @@ __device__ void load_tile_cp_async(uint16_t* smem, const uint16_t* src, int rows
 // S = Q·K_jᵀ for the warpgroup `wg`'s 64 rows of Q: D/16 wgmma's of 64 × Bc × 16, each reading a
 // 16-wide k step of Q's rows and of K's rows (both K-major). Issued only: the caller fences
 // before and commits and waits after.
-// Br: the rows of Q's tile (its 64-column blocks are Br rows apart).
-template <class T, int D, int Br = kBr>
-__device__ void issue_qk(float (&S)[kBc / 8][4], const uint16_t* Qs, int wg, const uint16_t* Ks) {
+// Br: the rows of Q's tile (its 64-column blocks are Br rows apart); Bc = 8·NT, from S's size.
+template <class T, int D, int Br = kBr, int NT>
+__device__ void issue_qk(float (&S)[NT][4], const uint16_t* Qs, int wg, const uint16_t* Ks) {
+  constexpr int Bc = 8 * NT;
   const uint64_t q = hopper::make_desc(hopper::smem_u32(Qs) + wg * 64 * 128, 0, 1024);
   const uint64_t k = hopper::make_desc(hopper::smem_u32(Ks), 0, 1024);
 #pragma unroll
   for (int s = 0; s < D / 16; ++s) {  // column block s / 4, 32 bytes a step inside its 128-byte rows
     const uint32_t within = (s % 4) * 32;
-    hopper::wgmma_ss<T, kBc>(S, hopper::desc_advance(q, (s / 4) * Br * 128 + within),
-                             hopper::desc_advance(k, (s / 4) * kBc * 128 + within), s > 0);
+    hopper::wgmma_ss<T, Bc>(S, hopper::desc_advance(q, (s / 4) * Br * 128 + within),
+                            hopper::desc_advance(k, (s / 4) * Bc * 128 + within), s > 0);
   }
 }
 
 // o += P̃·V_j: Bc/16 wgmma's of 64 × D × 16, P̃'s k step s (16 keys) from registers, V's rows
 // 16s .. 16s + 15 from shared memory (MN-major: the descriptor's LBO steps over V's 64-column
-// blocks, 128 rows × 128 bytes apart; its SBO over groups of 8 keys).
-template <class T, int D>
-__device__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&P)[kBc / 16][4], const uint16_t* Vs) {
-  const uint64_t v = hopper::make_desc(hopper::smem_u32(Vs), kBc * 128, 1024);
+// blocks, Bc rows × 128 bytes apart; its SBO over groups of 8 keys). Bc = 16·KT, from P's size.
+template <class T, int D, int KT>
+__device__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&P)[KT][4], const uint16_t* Vs) {
+  const uint64_t v = hopper::make_desc(hopper::smem_u32(Vs), 16 * KT * 128, 1024);
 #pragma unroll
-  for (int s = 0; s < kBc / 16; ++s) hopper::wgmma_rs<T, D>(o, P[s], hopper::desc_advance(v, s * 16 * 128), true);
+  for (int s = 0; s < KT; ++s) hopper::wgmma_rs<T, D>(o, P[s], hopper::desc_advance(v, s * 16 * 128), true);
 }
 
 // --- the online softmax in two halves (rung 5) -------------------------------------------------------
@@ -439,10 +443,10 @@ struct TensorMaps {
   CUtensorMap Q, K, V;
 };
 inline TensorMaps tensor_maps(const Shape& s, course::Dtype t, int d, const void* Q, const void* K, const void* V,
-                              int Br = kBr) {
+                              int Br = kBr, int Bc = kBc) {
   const bool bf16 = t == course::Dtype::bf16;
-  return {make_tensor_map(Q, bf16, s.heads(), s.N, d, Br), make_tensor_map(K, bf16, s.heads(), s.N, d, kBc),
-          make_tensor_map(V, bf16, s.heads(), s.N, d, kBc)};
+  return {make_tensor_map(Q, bf16, s.heads(), s.N, d, Br), make_tensor_map(K, bf16, s.heads(), s.N, d, Bc),
+          make_tensor_map(V, bf16, s.heads(), s.N, d, Bc)};
 }
 
 // The launch of a TMA rung (2-5): its tensor maps, `smem_bytes` of dynamic shared memory, `threads`

@@ -11,7 +11,8 @@
 //                                                   d = 64: three consumer warpgroups (Br = 192), 3 stages
 // and the ablations of the last (one setting changed each): tuned_not_persistent, tuned_lazy (the lazy
 // rescale), tuned_poly (a quarter of the exp2's on the FMA pipe at d = 64), tuned_2_stages,
-// tuned_br128 (two consumer warpgroups at d = 64), tuned_no_tma_store (stage 06's epilogue); and an
+// tuned_br128 (two consumer warpgroups at d = 64), tuned_no_tma_store (stage 06's epilogue),
+// tuned_bc160 (key blocks of 160 at d = 128, not causal); and an
 // experiment on it, tile_overlap (fa3_7_tile_overlap.cu: the next tile's first S under this tile's
 // epilogue), with tile_overlap_wait_v_first (V waited for before the turn).
 #pragma once
@@ -57,6 +58,8 @@ void launch_fa3_tuned_br128(const Shape& s, course::Dtype t, const void* Q, cons
                             float* L);
 void launch_fa3_tuned_no_tma_store(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                                    void* O, float* L);
+void launch_fa3_tuned_bc160(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                            float* L);
 void launch_fa3_tile_overlap(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                              float* L);
 void launch_fa3_tile_overlap_wait_v_first(const Shape& s, course::Dtype t, const void* Q, const void* K,

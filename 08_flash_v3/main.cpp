@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
 
         for (const std::string& name : runs) {
           const V2Variant& v = variant(name);
-          const Tiles tiles = v.tiles(s.d);
+          const Tiles tiles = v.tiles(s);
           course::Row row = bench.row(name, s.text() + " Br=" + std::to_string(tiles.Br) + " Bc=" + std::to_string(tiles.Bc));
           row.dtype = course::name(t);
           row.size = N;

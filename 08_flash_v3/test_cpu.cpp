@@ -22,7 +22,7 @@ TEST_CASE("FA-2 at stage 08's blocks (128 x 128): float64's O and L, and the cou
       for (bool causal : {false, true})
         for (int N : {1, 7, 127, 128, 129, 300}) {
           const Shape s{1, 2, N, d, causal};
-          const Tiles tiles = v3_variant("overlap").tiles(d);
+          const Tiles tiles = v3_variant("overlap").tiles(s);
           const auto in = make_inputs(s, t, course::fresh_seed());
           CAPTURE(s.text());
           const std::string dtype = course::name(t);
@@ -51,14 +51,35 @@ TEST_CASE("the ladder: six rungs in the chapter's order, fp16 and bf16, d = 64 a
     CHECK(v.supports(Dtype::bf16, 128));
     CHECK_FALSE(v.supports(Dtype::fp32, 64));
     CHECK_FALSE(v.supports(Dtype::fp16, 32));
-    CHECK(v.tiles(64).Br == (v.name == "tuned" ? 192 : 128));  // three consumer warpgroups at d = 64
-    CHECK(v.tiles(128).Br == 128);
-    CHECK(v.tiles(64).Bc == 128);
-    CHECK(v.tiles(128).Bc == 128);
+    const bool tuned = v.name == "tuned";
+    for (bool causal : {false, true}) {
+      CHECK(v.tiles(Shape{1, 1, 4096, 64, causal}).Br == (tuned ? 192 : 128));  // three consumer warpgroups at d = 64
+      CHECK(v.tiles(Shape{1, 1, 4096, 128, causal}).Br == 128);
+      CHECK(v.tiles(Shape{1, 1, 4096, 64, causal}).Bc == 128);
+      CHECK(v.tiles(Shape{1, 1, 4096, 128, causal}).Bc == 128);
+    }
     CHECK(bool(v.launch) == bool(COURSE_HAS_HOPPER));  // launchers exist exactly in an sm_90a build
   }
   CHECK(v3_variant("tuned_lazy").name == "tuned_lazy");  // an ablation, found by name
-  CHECK(v3_variant("tuned_br128").tiles(64).Br == 128);  // the ablation with two consumer warpgroups
+  CHECK(v3_variant("tuned_br128").tiles(Shape{1, 1, 4096, 64}).Br == 128);  // the ablation with two consumer warpgroups
+  CHECK(v3_variant("tuned_bc160").tiles(Shape{1, 1, 1024, 128}).Bc == 160);  // key blocks of 160, not causal
+  CHECK(v3_variant("tuned_bc160").tiles(Shape{1, 1, 1024, 128, true}).Bc == 128);
   CHECK_FALSE(v3_variant("tuned_br128").supports(Dtype::fp16, 128));
   CHECK_THROWS_AS(v3_variant("tuned_fast"), course::UsageError);
+}
+
+TEST_CASE("key blocks of 160 (the ablation tuned_bc160): the count equals the model, O and L hold against float64") {
+  for (int N : {1, 159, 161, 300}) {
+    const Shape s{1, 2, N, 128, false};
+    const Tiles tiles{128, 160, true};
+    const auto in = make_inputs(s, Dtype::fp16, course::fresh_seed());
+    CAPTURE(s.text());
+    CAPTURE(in.seed);
+    std::vector<float> O(s.elements(), NAN), L(std::size_t(s.heads()) * N, NAN);
+    const auto io = flash_v2_counted(s, Dtype::fp16, tiles, in.Q.data(), in.K.data(), in.V.data(), O.data(), L.data());
+    const Reference ref(s, Dtype::fp16, in.Q.data(), in.K.data(), in.V.data());
+    CHECK(ref.check_O(O.data()).ok());
+    CHECK(ref.check_L(L.data()).ok());
+    CHECK(double(io.total()) == flash_v2_model_bytes(s, Dtype::fp16, tiles));
+  }
 }

@@ -50,11 +50,12 @@ Inputs with_outlier_channels(const Shape& s, Dtype t, std::uint64_t seed) {
 
 // The ladder and the ablations (under compute-sanitizer, which is slow, the ladder and the ablations
 // with a kernel of their own, overlap_no_ws: the tuned_* ones are the last rung's code with other
-// template arguments).
+// template arguments; but tuned_bc160, whose key blocks of 160 the last rung takes only at larger N).
 std::vector<V2Variant> all_variants() {
   std::vector<V2Variant> all = v3_variants();
   for (const auto& v : v3_ablations())
-    if (!softmax::testing::under_sanitizer() || v.name.rfind("tuned", 0) != 0) all.push_back(v);
+    if (!softmax::testing::under_sanitizer() || v.name.rfind("tuned", 0) != 0 || v.name == "tuned_bc160")
+      all.push_back(v);
   return all;
 }
 
@@ -111,6 +112,22 @@ TEST_CASE("large logits (Q times 30), outlier channels in K, and N = 4097 with m
       }
 }
 
+TEST_CASE("key blocks of 160 (tuned_bc160) at larger N: many blocks, tails, large logits") {
+  const bool sanitizer = softmax::testing::under_sanitizer();
+  const V2Variant v = v3_variant("tuned_bc160");
+  for (Dtype t : v.dtypes)
+    for (int N : sanitizer ? std::vector<int>{2048} : std::vector<int>{2048, 3000, 4100}) {
+      const Shape s{1, 3, N, 128, false};
+      REQUIRE(v.tiles(s).Bc == 160);
+      const auto in = make_inputs(s, t, course::fresh_seed(), N == 3000 ? 30.0f : 1.0f);  // large logits once
+      const std::string dtype = course::name(t);
+      CAPTURE(dtype);
+      CAPTURE(s.text());
+      CAPTURE(in.seed);
+      check_result(s, t, in, run_gpu(v, s, t, in));
+    }
+}
+
 TEST_CASE("the persistent rungs with few blocks: each block takes many tiles, one after another") {
   // At the sizes above most blocks of a persistent rung get one tile (there are more SMs than
   // tiles); here 1 or 3 blocks take all of them, so every hand-over between tiles is exercised: the
@@ -120,7 +137,7 @@ TEST_CASE("the persistent rungs with few blocks: each block takes many tiles, on
     ~Cap() { fa3_set_grid_cap(0); }
   };
   const bool sanitizer = softmax::testing::under_sanitizer();
-  for (const char* name : {"tuned", "tile_overlap"})
+  for (const char* name : {"tuned", "tuned_bc160", "tile_overlap"})
     for (int blocks : {1, 3}) {
       const Cap cap(blocks);
       const V2Variant v = v3_variant(name);  // a copy: a reference through a temporary name warns (g++ 13)
@@ -158,7 +175,7 @@ TEST_CASE("stage 08 kernels: measured SM<->L2 traffic is the counted traffic (TM
     for (auto [N, d, causal] : std::vector<std::array<int, 3>>{{1024, 64, 0}, {1000, 128, 1}, {517, 64, 1}}) {
       const Dtype t = v.dtypes.front();
       const Shape s{2, 2, N, d, causal != 0};
-      const Tiles tiles = v.tiles(d);
+      const Tiles tiles = v.tiles(s);
       CAPTURE(v.name);
       CAPTURE(s.text());
       const auto in = make_inputs(s, t, course::fresh_seed());

@@ -12,11 +12,12 @@ namespace attention {
 
 namespace {
 // Block sizes as the kernels are compiled (fa3_common.cuh: kBr, kBc).
-Tiles fa3_tiles(int) { return {128, 128}; }
+Tiles fa3_tiles(const Shape&) { return {128, 128}; }
 // Rung 6 and its ablations (fa3_6_tuned.cu): three consumer warpgroups at d = 64, Br = 192; causal
 // tiles laid from the last row back.
-Tiles tuned_tiles(int d) { return {d == 64 ? 192 : 128, 128, true}; }
-Tiles tuned_br128_tiles(int) { return {128, 128, true}; }
+Tiles tuned_tiles(const Shape& s) { return {s.d == 64 ? 192 : 128, 128, true}; }
+Tiles tuned_br128_tiles(const Shape&) { return {128, 128, true}; }
+Tiles tuned_bc160_tiles(const Shape& s) { return {128, s.causal ? 128 : 160, true}; }
 }  // namespace
 
 const std::vector<V2Variant>& v3_variants() {
@@ -43,6 +44,8 @@ const std::vector<V2Variant>& v3_ablations() {
       {"tuned_br128", half, {64}, tuned_br128_tiles, COURSE_HOPPER(launch_fa3_tuned_br128)},
       // Rung 6 with stage 06's epilogue: the lanes copy O out of the staging (tc::write_output).
       {"tuned_no_tma_store", half, {64, 128}, tuned_tiles, COURSE_HOPPER(launch_fa3_tuned_no_tma_store)},
+      // Rung 6 with key blocks of 160 at d = 128 when not causal (FlashAttention-3 takes 176).
+      {"tuned_bc160", half, {128}, tuned_bc160_tiles, COURSE_HOPPER(launch_fa3_tuned_bc160)},
       {"overlap_no_ws", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_overlap_no_ws)},  // rung 5, no producer
       // Experiments on rung 6 (fa3_7_tile_overlap.cu): the next tile's first S under this tile's end.
       {"tile_overlap", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tile_overlap)},

@@ -167,8 +167,10 @@ __device__ inline void pack_p(const float (&S)[kBc / 8][4], uint32_t (&P)[kBc / 
 }
 
 // Rung 6's softmax_scores_tuned with the block's multiplier cj = scale·log₂e·sq·sk_j: m is in units
-// of x = S_acc·cj; P̃ = 2^(x − m + 8).
-template <int NT>
+// of x = S_acc·cj; P̃ = 2^(x − m + 8). kPolyEvery > 0: every kPolyEvery-th 8-key tile's exponentials
+// by stage 08's exp2_poly on the FMA pipe (an experiment: at d = 128 the exponential unit's 16 a
+// clock per SM take as long as the FP8 products of a block, 512 cycles each for a warpgroup).
+template <int kPolyEvery, int NT>
 __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], float cj, float (&alpha)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -188,7 +190,8 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        S[n][e] = ptx::exp2_approx(fmaf(S[n][e], cj, -base));
+        const float x = fmaf(S[n][e], cj, -base);
+        S[n][e] = kPolyEvery > 0 && n % kPolyEvery == kPolyEvery - 1 ? fa3::exp2_poly(x) : ptx::exp2_approx(x);
         sum[(n % 2) * 2 + e % 2] += S[n][e];
       }
     fa3::tree_reduce(sum, [](float a, float b) { return a + b; });
@@ -196,7 +199,7 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
   }
 }
 
-template <class T, int D, int kStages>
+template <class T, int D, int kStages, int kPolyEvery>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     flash_v3_fp8(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                  const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO, tc::Params p,
@@ -299,7 +302,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       for (int d = 0; d < DT; ++d)
 #pragma unroll
         for (int e = 0; e < 4; ++e) oj[0][d][e] = 0.0f;
-      softmax_scores(S[0], m, l, cq * k_scale[blocks - 1 - b0], alpha);
+      softmax_scores<kPolyEvery>(S[0], m, l, cq * k_scale[blocks - 1 - b0], alpha);
       pack_p(S[0], P);
       auto promote_held = [&] {  // o = o·f + oj under the products just issued; oj then free for P̃·V
         promote(o[0], oj[0], f_held);
@@ -324,7 +327,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         pipe.release_k(k);
         if (b == blocks - 1) pipe.release_q();
         mask(b);
-        softmax_scores(S[0], m, l, cj, alpha);
+        softmax_scores<kPolyEvery>(S[0], m, l, cj, alpha);
         const float units = sv / sv_j;  // o owes alpha and the step to units of sv_j (1 per tensor)
         sv = sv_j;
         f_next[0] = alpha[0] * units, f_next[1] = alpha[1] * units;
@@ -356,7 +359,14 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   }
 }
 
+int poly_every = 0;  // set_exp2_poly_every
+
 }  // namespace
+
+void set_exp2_poly_every(int k) {
+  course::require(k == 0 || k == 4 || k == 8, "the exponentials by polynomial: every 4th or 8th tile, or none (0)");
+  poly_every = k;
+}
 
 void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L) {
   require_supported(s);
@@ -379,7 +389,9 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     using T = decltype(type);
     constexpr int D = decltype(d)::value, kStages = 4;
     constexpr size_t bytes = Smem<D, kStages>::kBytes;
-    const auto kernel = flash_v3_fp8<T, D, kStages>;
+    const auto kernel = poly_every == 4   ? flash_v3_fp8<T, D, kStages, 4>
+                        : poly_every == 8 ? flash_v3_fp8<T, D, kStages, 8>
+                                          : flash_v3_fp8<T, D, kStages, 0>;
     course::require_shared_memory(bytes, "fp8 at d = " + std::to_string(D));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     kernel<<<grid, 128 * (kWG + 1), bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile);

@@ -39,5 +39,8 @@ void check_quantized(const DeviceFp8& q);
 
 // O (B·H·N·d values of `out`: fp16 or bf16) and L (B·H·N floats) from the quantised tensors.
 void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L);
+// An experiment on launch_attention: every k-th 8-key tile's exponentials (k = 4, 8) by a polynomial
+// on the FMA pipe instead of the exponential unit; 0 (the default): none. UsageError for other k.
+void set_exp2_poly_every(int k);
 
 }  // namespace attention::fp8

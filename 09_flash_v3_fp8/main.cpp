@@ -168,6 +168,7 @@ int main(int argc, char** argv) {
   bool accuracy_table = false;
   std::string sweep_csv;
   std::vector<double> sigmas = {1, 2, 5, 10, 20, 50, 100};
+  int poly_every = 0;
   course::add_common_options(app, options);
   app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
   app.add_option("--tokens", tokens, "Tokens B*N: when given, B = tokens / N for each N")->check(course::whole_number(1));
@@ -199,6 +200,11 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(course::number(0.0))
       ->capture_default_str();
+  app.add_option("--exp2-poly-every", poly_every,
+                 "Experiment: the FP8 kernel computes every k-th 8-key tile's exponentials by a polynomial on the FMA "
+                 "pipe (4 or 8; 0: none); its rows are named fp8_<scheme>_poly<k>")
+      ->check(CLI::IsMember({0, 4, 8}))
+      ->capture_default_str();
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program("09_flash_v3_fp8", [&]() -> int {
@@ -211,6 +217,9 @@ int main(int argc, char** argv) {
     course::Bench bench("09_flash_v3_fp8", options);
     if (bench.use_gpu())
       if (const std::string why = why_no_hopper(); !why.empty()) bench.disable_gpu(why);
+#if COURSE_HAS_HOPPER
+    fp8::set_exp2_poly_every(poly_every);
+#endif
     if (!sweep_csv.empty()) {
       Shape s = base;
       s.N = seq.front();
@@ -245,14 +254,17 @@ int main(int argc, char** argv) {
         if (bench.use_gpu()) dev = std::make_unique<DeviceRun>(s, t, in);
 #endif
         for (const std::string& name : runs) {
-          course::Row row = bench.row(name, s.text() + " Br=128 Bc=128");
+          const bool fp8_row = name.rfind("fp8_", 0) == 0;
+          course::Row row = bench.row(fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name,
+                                      s.text() + " Br=128 Bc=128");
           row.dtype = course::name(t);
           row.size = N;
           if (name.rfind("08_", 0) == 0) {
             row.flops = s.flops();
             const V2Variant& v = v3_variant(kStage08Rung);
-            row.shape = s.text() + " Br=" + std::to_string(v.tiles(s.d).Br) + " Bc=128";
-            row.io_model_bytes = flash_v2_model_bytes(s, t, v.tiles(s.d));
+            const Tiles tiles = v.tiles(s);
+            row.shape = s.text() + " Br=" + std::to_string(tiles.Br) + " Bc=" + std::to_string(tiles.Bc);
+            row.io_model_bytes = flash_v2_model_bytes(s, t, tiles);
 #if COURSE_HAS_HOPPER
             if (bench.use_gpu()) {
               if (!ref16) ref16 = std::make_unique<Reference>(s, t, in.Q.data(), in.K.data(), in.V.data());

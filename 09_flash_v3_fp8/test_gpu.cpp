@@ -120,6 +120,26 @@ TEST_CASE("large logits (Q times 20), FA-3's outlier inputs, many heads and N = 
   }
 }
 
+TEST_CASE("the experiment --exp2-poly-every: a share of the exponentials by polynomial keeps the same bound") {
+  struct Poly {
+    explicit Poly(int k) { fp8::set_exp2_poly_every(k); }
+    ~Poly() { fp8::set_exp2_poly_every(0); }
+  };
+  for (int k : {4, 8}) {
+    const Poly poly(k);
+    CAPTURE(k);
+    for (bool causal : {false, true})
+      for (int N : {129, 1000}) {
+        const Shape s{1, 2, N, 128, causal};
+        const std::uint64_t seed = course::fresh_seed();
+        CAPTURE(s.text());
+        CAPTURE(seed);
+        check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), schemes().front(), seed);
+      }
+  }
+  CHECK_THROWS_AS(fp8::set_exp2_poly_every(3), course::UsageError);
+}
+
 TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes and empty shapes refused") {
   const Shape s{1, 1, 200, 64, false};
   Inputs in = make_inputs(s, Dtype::fp16, course::fresh_seed());

@@ -25,6 +25,7 @@ CPU test (CTest: check_numbers, label cpu).
 """
 import argparse
 import csv
+import statistics
 import math
 import os
 import re
@@ -1798,6 +1799,23 @@ def _(row, D, F):
     return out
 
 
+def poly09(F, N):
+    """exp2_poly_6runs.csv at N: for each variant, the median of its rounds' ms, the fastest and the slowest round."""
+    by = {}
+    for r in F["stage09_poly"]:
+        if int(float(r["size"])) == N:
+            by.setdefault(r["variant"], []).append(float(r["ms"]))
+    return {v: (statistics.median(x), min(x), max(x)) for v, x in by.items()}
+
+
+@spec("ch09-poly", CH09)
+def _(row, D, F):
+    p = poly09(F, int(row["N"]))
+    base, eighth, quarter = p["fp8_per_tensor"], p["fp8_per_tensor_poly8"], p["fp8_per_tensor_poly4"]
+    return {"MUFU only: ms (min–max)": list(base), "an eighth by polynomial": list(eighth), "a quarter": list(quarter),
+            "eighth / MUFU only": base[0] / eighth[0], "quarter / MUFU only": base[0] / quarter[0]}
+
+
 @prose(CH09, r"Its speed on the H100 is ([\d.]+)–([\d.]+)× stage 08 at d = 128 and ([\d.]+)–([\d.]+)× at d = 64")
 def _(D, F):
     return [min(ratios09(F, 128)), max(ratios09(F, 128)), min(ratios09(F, 64)), max(ratios09(F, 64))]
@@ -1979,6 +1997,7 @@ def run(root):
         "stage10_timelines": read_timelines(root),
         "stage09_speed": Data(os.path.join(root, STAGE09, "first_speed.csv")),
         "stage09_now": Data(os.path.join(root, STAGE09, "speed_promote_under_qk.csv")),
+        "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
         "stage09_accuracy": read_accuracy09(os.path.join(root, STAGE09, "accuracy_n4096_d128.txt")),
         "stage09_bias": read_bias09(os.path.join(root, STAGE09, "bias_before_promote_d64.txt")),
     }
