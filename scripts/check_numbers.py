@@ -975,6 +975,47 @@ def _(D, F):
     return [lo, hi, 100 * (a - 1), 100 * (b - 1), 100 * (c - 1), 100 * (d - 1)]
 
 
+def kernel_ratio_range(D, num, den, dtypes=("fp16", "bf16"), ds=(64, 128), Ns=(1024, 4096, 16384), causal=(0, 1),
+                       stage="06_flash_v2"):
+    """ratio_range by the kernel times (kernel_ms: the GPU's own time of a call's kernels)."""
+    vals = [grid(D, stage, den, t, d, N, c).kernel_ms / grid(D, stage, num, t, d, N, c).kernel_ms
+            for t in dtypes for d in ds for N in Ns for c in causal]
+    return min(vals), max(vals)
+
+
+def event_over_kernel(D, variant, stage="06_flash_v2", ds=(64, 128), extremum=max):
+    """How far a variant's event time lies above its kernel time over the ladder's grid, in %."""
+    return extremum(100 * (grid(D, stage, variant, t, d, N, c).ms / grid(D, stage, variant, t, d, N, c).kernel_ms - 1)
+                    for t in ("fp16", "bf16") for d in ds for N in (1024, 4096, 16384) for c in (0, 1))
+
+
+@prose(CH06, r"For ours the two agree: the last rung's event times are within ([\d.]+) % of its kernel times\. The peers' do not quite: FA-2's event times are up to (\d+) % above its kernel times, cuDNN's up to (\d+) %")
+def _(D, F):
+    ours = max(abs(event_over_kernel(D, "lazy_rescale", extremum=f)) for f in (min, max))
+    return [ours, event_over_kernel(D, "pytorch_flash"), event_over_kernel(D, "pytorch_cudnn")]
+
+
+@prose(CH06, r"By the kernel times the last rung is ([\d.]+)–([\d.]+)× FA-2 in all 24 cells \(([\d.]+)–([\d.]+)× at d = 64, ([\d.]+)–([\d.]+)× at d = 128\), a little less than the events say, and cuDNN is ([\d.]+)–([\d.]+)× faster than ours")
+def _(D, F):
+    lo, hi = kernel_ratio_range(D, "lazy_rescale", "pytorch_flash")
+    a, b = kernel_ratio_range(D, "lazy_rescale", "pytorch_flash", ds=(64,))
+    c, d = kernel_ratio_range(D, "lazy_rescale", "pytorch_flash", ds=(128,))
+    e, f = kernel_ratio_range(D, "pytorch_cudnn", "lazy_rescale")
+    return [lo, hi, a, b, c, d, e, f]
+
+
+@prose(CH06, r"d = 128 is level: [\d.]+–[\d.]+× in results\.csv, where FA-2's event times hold up to (\d+) % of host work, and ([\d.]+)–([\d.]+)× by the kernel times beside them")
+def _(D, F):
+    return [event_over_kernel(D, "pytorch_flash", ds=(128,))] + list(kernel_ratio_range(D, "tuned", "pytorch_flash", ds=(128,)))
+
+
+@prose(CH06, r"is still [\d.]+–[\d.]+× faster than the last rung in fp16 by the events, and ([\d.]+)–([\d.]+)× by the kernel times \(its narrowest lead, at d = 64, causal, N = 1024, is mostly its host's: its event time there is (\d+) % above its kernel time\)")
+def _(D, F):
+    lo, hi = kernel_ratio_range(D, "pytorch_cudnn", "lazy_rescale", dtypes=("fp16",))
+    r = grid(D, "06_flash_v2", "pytorch_cudnn", "fp16", 64, 1024, 1)
+    return [lo, hi, 100 * (r.ms / r.kernel_ms - 1)]
+
+
 @prose(CH06, r"With FA-2's own steps \(`tuned`\), d = 64 is (\d+)–(\d+) % ahead of FA-2, but d = 128 is level: ([\d.]+)–([\d.]+)× in results.csv")
 def _(D, F):
     a, b = ratio_range(D, "tuned", "pytorch_flash", ds=(64,))
@@ -1026,6 +1067,49 @@ CELLS = [(t, d, N, c) for t in ("fp16", "bf16") for d in (64, 128) for N in (102
 def bwd_range(D, f, where=lambda t, d, N, c: True):
     vals = [f(t, d, N, c) for t, d, N, c in CELLS if where(t, d, N, c)]
     return min(vals), max(vals)
+
+
+def fastest07(d):
+    return "wide" if d == 64 else "split"
+
+
+def kernel_ratios07(D, num_of_d, den_of_d, Ns, dtypes=("fp16", "bf16"), ds=(64, 128)):
+    """Stage 07's kernel-time ratios, den's kernel time over num's, over the ladder's grid."""
+    return [grid(D, "07_backward", den_of_d(d), t, d, N, c).kernel_ms / grid(D, "07_backward", num_of_d(d), t, d, N, c).kernel_ms
+            for t in dtypes for d in ds for N in Ns for c in (0, 1)]
+
+
+@prose(CH07, r"Our times do not move: the event times of `wide` and `split` are within (\d+)% of their kernel times\. FA-2's backward does: its event times are (\d+)–(\d+)% above its kernel times at N = 1024, (\d+)–(\d+)% at N = 4096 and at most (\d+)% at N = 16384")
+def _(D, F):
+    def over(variant_of_d, Ns):
+        return [100 * (r.ms / r.kernel_ms - 1) for r in (grid(D, "07_backward", variant_of_d(d), t, d, N, c)
+                for t in ("fp16", "bf16") for d in (64, 128) for N in Ns for c in (0, 1))]
+    ours = max(abs(x) for x in over(fastest07, (1024, 4096, 16384)))
+    fa2 = lambda d: "pytorch_flash_bwd"  # noqa: E731
+    a, b, c = over(fa2, (1024,)), over(fa2, (4096,)), over(fa2, (16384,))
+    return [ours, min(a), max(a), min(b), max(b), max(c)]
+
+
+@prose(CH07, r"`wide` \(d = 64\) is still ahead of FA-2: [\d.]+–[\d.]+× \([^)]*\); results\.csv ([\d.]+)–([\d.]+)×")
+def _(D, F):
+    r = kernel_ratios07(D, fastest07, lambda d: "pytorch_flash_bwd", (1024, 4096, 16384), ds=(64,))
+    return [min(r), max(r)]
+
+
+@prose(CH07, r"results\.csv ([\d.]+)–([\d.]+)× at N = 1024 and ([\d.]+)–([\d.]+)× from\s+N = 4096 on, behind in (\d+) of those (\d+) cells")
+def _(D, F):
+    fa2 = lambda d: "pytorch_flash_bwd"  # noqa: E731
+    a = kernel_ratios07(D, fastest07, fa2, (1024,), ds=(128,))
+    b = kernel_ratios07(D, fastest07, fa2, (4096, 16384), ds=(128,))
+    return [min(a), max(a), min(b), max(b), sum(x < 1 for x in b), len(b)]
+
+
+@prose(CH07, r"N = 1024; results\.csv ([\d.]+)–([\d.]+)× and ([\d.]+)–([\d.]+)×\.")
+def _(D, F):
+    ours = lambda d: "pytorch_cudnn_bwd"  # noqa: E731  (cuDNN's speed over ours: our time / cuDNN's)
+    big = kernel_ratios07(D, ours, fastest07, (4096, 16384))
+    small = kernel_ratios07(D, ours, fastest07, (1024,))
+    return [min(big), max(big), min(small), max(small)]
 
 
 @prose(CH07, r"behind it from N = 4096 \(([\d.]+) and ([\d.]+) at d = 64, not causal\)")
