@@ -7,8 +7,8 @@
 //
 // Work split: a thread block takes Br = 128 query rows of one head (rung 6 at d = 64: 192); each of
 // its two (three) compute warpgroups owns 64 of them (warp w of a warpgroup: 16 rows, as a warp of
-// stage 06 with MT = 1). Keys come in blocks of Bc = 128 (rung 6 at d = 128, not causal: 160). A
-// compute thread holds, as in stage 06:
+// stage 06 with MT = 1). Keys come in blocks of Bc = 128 (the ablation tuned_bc160: 160 at d = 128,
+// not causal). A compute thread holds, as in stage 06:
 //   S[1][Bc/8][4]  its 2 rows × 2·Bc/8 columns of S = Q·Kᵀ (64 floats; 80 at Bc = 160)
 //   o[1][D/8][4]   its 2 rows of O, unnormalised, fp32 (32 or 64 floats)
 //   P[1][Bc/16][4] P̃ packed to 16 bits as P·V's A operand (32 registers; 40)
@@ -33,7 +33,7 @@ constexpr int kSched = 3;
 // The shared memory of a rung: Q (Br × D), then kStages slots of K and V (Bc × D each), every tile
 // in the swizzle128 layout and 1024-byte aligned; then the mbarriers. Offsets in 16-bit values.
 // Br: the query rows of a tile, 64 a consumer warpgroup (rung 6 at d = 64: 192, three warpgroups).
-// Bc: the keys of a K/V tile (rung 6 at d = 128, not causal: 160).
+// Bc: the keys of a K/V tile (128; rung 6's ablation tuned_bc160: 160).
 template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1, int Br = kBr, int Bc = kBc>
 struct Smem {
   // kQSlots = 2 (tile_overlap): two Q tiles, so that the next tile's Q has landed before this tile ends.
