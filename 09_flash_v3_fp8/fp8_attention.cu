@@ -191,7 +191,9 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
         const float x = fmaf(S[n][e], cj, -base);
-        S[n][e] = kPolyEvery > 0 && n % kPolyEvery == kPolyEvery - 1 ? fa3::exp2_poly(x) : ptx::exp2_approx(x);
+        bool poly = false;
+        if constexpr (kPolyEvery > 0) poly = n % kPolyEvery == kPolyEvery - 1;
+        S[n][e] = poly ? fa3::exp2_poly(x) : ptx::exp2_approx(x);
         sum[(n % 2) * 2 + e % 2] += S[n][e];
       }
     fa3::tree_reduce(sum, [](float a, float b) { return a + b; });
