@@ -240,8 +240,8 @@ namespace {
 
 // The tuned rung at compile-time settings; kStagesOr0 = 0: 3 at d = 64, 2 at d = 128; kWG64: the
 // consumer warpgroups at d = 64 (two at d = 128); kTmaStore: O written out by TMA stores;
-// kBc160: key blocks of 160 at d = 128 when not causal (else 128). Nk: keys at or past it are hidden (s.N but for stage 10's chunks, whose last rows may be
-// padding).
+// kBc160: key blocks of 160 at d = 128 when not causal (else 128). Nk: keys at or past it are
+// hidden (s.N but for stage 10's chunks, whose last rows may be padding).
 template <int kStagesOr0, int kPolyEvery64, int kLazyLog2, bool kPersistent, int kWG64 = 3, bool kTmaStore = true,
           bool kBc160 = false>
 void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,

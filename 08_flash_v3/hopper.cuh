@@ -110,7 +110,7 @@ __device__ inline int swizzle128(int r, int c) {
     HOPPER_ACC4(d, 4), HOPPER_ACC4(d, 5), HOPPER_ACC4(d, 6), HOPPER_ACC4(d, 7), HOPPER_ACC4(d, 8),      \
     HOPPER_ACC4(d, 9), HOPPER_ACC4(d, 10), HOPPER_ACC4(d, 11), HOPPER_ACC4(d, 12), HOPPER_ACC4(d, 13), \
     HOPPER_ACC4(d, 14), HOPPER_ACC4(d, 15)
-// N = 160 (rung 6's key blocks at d = 128, not causal): 80 floats.
+// N = 160 (the key blocks of rung 6's ablation tuned_bc160): 80 floats.
 #define HOPPER_ACC80(d) HOPPER_ACC64(d), HOPPER_ACC4(d, 16), HOPPER_ACC4(d, 17), HOPPER_ACC4(d, 18), HOPPER_ACC4(d, 19)
 #define HOPPER_REGS32                                                                                   \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
