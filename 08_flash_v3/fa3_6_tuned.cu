@@ -57,13 +57,6 @@
 namespace attention {
 namespace fa3 {
 
-// The registers a consumer thread may have after setmaxnreg, with the producer's warpgroup at 24:
-// (65536 − 128 · 24) / (128 · kWG), rounded down to a multiple of 8 (240 for two, 160 for three).
-template <int kWG>
-constexpr int consumer_registers() {
-  return (65536 / 128 - 24) / kWG / 8 * 8;
-}
-
 template <class T, int D, int kWG, int kStages, int kPolyEvery, int kLazyLog2, bool kTmaStore, int Bc>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     flash_v3_tuned(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,

@@ -30,6 +30,13 @@ constexpr int kBr = 128, kBc = 128;
 // tensor cores (rungs 4 and 5). 0 is __syncthreads'.
 constexpr int kSched = 3;
 
+// The registers a consumer thread may have after setmaxnreg, with the producer's warpgroup at 24:
+// (65536 − 128 · 24) / (128 · kWG), rounded down to a multiple of 8 (240 for two, 160 for three).
+template <int kWG>
+constexpr int consumer_registers() {
+  return (65536 / 128 - 24) / kWG / 8 * 8;
+}
+
 // The shared memory of a rung: Q (Br × D), then kStages slots of K and V (Bc × D each), every tile
 // in the swizzle128 layout and 1024-byte aligned; then the mbarriers. Offsets in 16-bit values.
 // Br: the query rows of a tile, 64 a consumer warpgroup (rung 6 at d = 64: 192, three warpgroups).

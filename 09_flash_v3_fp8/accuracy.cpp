@@ -167,21 +167,25 @@ Fp8Reference::Fp8Reference(const Shape& s, course::Dtype out, const std::vector<
                     std::size_t head) {
     RowMajorD qs(n, d);
     for (int r = 0; r < n; ++r) qs.row(r) = Map(Qh + std::size_t(sample.rows[r]) * d, 1, d);
-    const RowMajorD S = qs * Map(Kh, N, d).transpose() * scale;
+    RowMajorD P = qs * Map(Kh, N, d).transpose() * scale;  // S, then P̃ in place (0 past what a row sees)
+    std::vector<double> l(n);
     for (int r = 0; r < n; ++r) {
       const int visible = s.causal ? sample.rows[r] + 1 : N;
-      const double m = S.row(r).head(visible).maxCoeff();
-      Eigen::RowVectorXd p = (S.row(r).head(visible).array() - m).exp().matrix();
-      const double l = p.sum();
+      auto p = P.row(r).head(visible);
+      const double m = p.maxCoeff();
+      p = (p.array() - m).exp().matrix();
+      l[r] = p.sum();
       p = p.unaryExpr(round_p);
-      const Eigen::RowVectorXd o = p * Map(Vh, N, d).topRows(visible) / l;
-      for (int c = 0; c < d; ++c) {
-        O.push_back(o(c));
-        if (whereO) whereO->push_back((head + std::size_t(sample.rows[r])) * d + c);
-      }
-      L.push_back(m + std::log(l));
+      P.row(r).tail(N - visible).setZero();
+      L.push_back(m + std::log(l[r]));
       if (whereL) whereL->push_back(head + std::size_t(sample.rows[r]));
     }
+    const RowMajorD PV = P * Map(Vh, N, d);  // one product for all the rows (row by row took seconds)
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < d; ++c) {
+        O.push_back(PV(r, c) / l[r]);
+        if (whereO) whereO->push_back((head + std::size_t(sample.rows[r])) * d + c);
+      }
   };
   for (int h : sample.heads) {
     const std::size_t at = std::size_t(h) * N * d;

@@ -95,8 +95,9 @@ Quantized quantize(const std::vector<float>& x, int heads, int N, int d, Granula
     for (int r = 0; r < N; ++r)
       for (int c = 0; c < d; ++c) {
         const float v = x[(std::size_t(h) * N + r) * d + c];
-        course::require(std::isfinite(v), "FP8 quantisation: the input holds NaN or inf (row " + std::to_string(r) +
-                                              " of head " + std::to_string(h) + "): no scale can represent it");
+        if (!std::isfinite(v))  // (the message is built only then: once per value it cost seconds)
+          course::require(false, "FP8 quantisation: the input holds NaN or inf (row " + std::to_string(r) + " of head " +
+                                     std::to_string(h) + "): no scale can represent it");
         float& a = amax[std::size_t(h) * q.blocks() + r / kScaleRows];
         a = std::max(a, std::fabs(v));
       }

@@ -31,8 +31,12 @@ namespace attention::fp8 {
 
 constexpr float kE4m3Max = 448.0f;
 constexpr double kUnitRoundoff = 1.0 / 16.0;  // 2^-(3 mantissa bits + 1)
-// The rows a scale covers in the per-block scheme (the kernel's tiles: Br of Q, Bc of K and V).
+// The rows a scale covers in the per-block scheme: the kernel's key blocks (Bc) of K and V, and 128
+// rows of Q (the tile at d = 128; at d = 64 a tile has 192 rows, and each row takes its own block's).
 constexpr int kScaleRows = 128;
+// The FP8 kernel's tiles: Br = 128 query rows (two consumer warpgroups) at d = 128, 192 (three) at
+// d = 64, key blocks of 128; causal tiles laid from the last row back (stage 08's rung 6).
+inline Tiles attention_tiles(const Shape& s) { return {s.d == 64 ? 192 : 128, kScaleRows, true}; }
 
 // Round to the nearest e4m3 value (ties to even), saturating at ±448 (PTX's .satfinite): values
 // beyond the range become ±448, NaN stays NaN (0x7F, or 0xFF with the sign).

@@ -41,8 +41,21 @@ namespace attention::fp8 {
 
 namespace {
 
-constexpr int kBr = 128, kBc = 128, kWG = 2;  // rung 6 at d = 128: two consumer warpgroups
-constexpr int kSched = 3;                     // named barriers kSched + c: warpgroup c's turn
+// Rung 6's tiles: two consumer warpgroups at d = 128 (Br = 128), three at d = 64 (Br = 192; see
+// consumer_warpgroups). Key blocks of 128 at both (the scales' blocks, fp8.hpp's kScaleRows).
+constexpr int kBc = 128;
+constexpr int kSched = 3;  // named barriers kSched + c: warpgroup c's turn
+
+// Three consumer warpgroups at d = 64, as rung 6 of stage 08 has (FlashAttention-3 too, for FP8):
+// a warpgroup's softmax there takes longer than its two products (the products of a key block take
+// 128 cycles each at the FP8 rate, its 64 × 128 exponentials 512 on the exponential unit), so two
+// warpgroups cannot hide each other's softmax; three keep more warps ready to issue. The registers
+// fit: 160 a consumer thread hold S, o, o_j and P̃ (64 + 32 + 32 + 16). At d = 128 o and o_j are
+// 64 each, and two warpgroups (240 registers) stay.
+template <int D>
+constexpr int consumer_warpgroups() {
+  return D == 64 ? 3 : 2;
+}
 
 struct Scales {
   const float *q, *k, *v;  // heads × blocks descales (fp8.hpp)
@@ -52,7 +65,7 @@ struct Scales {
 // Shared memory, in bytes from a 1024-aligned base: Q (Br × D), kStages slots of K (Bc × D) and Vᵀ
 // (D × Bc), O's staging (Br × D 16-bit values: written out by TMA stores), then the barriers and
 // the two tile numbers. Every tile is 1024-byte aligned (the swizzle's atom).
-template <int D, int kStages>
+template <int D, int kStages, int kBr>
 struct Smem {
   static constexpr int kQ = 0, kKV = kBr * D, kSlot = 2 * kBc * D, kO = kKV + kStages * kSlot;
   static constexpr int kBar = kO + kBr * D * 2;
@@ -61,9 +74,9 @@ struct Smem {
 
 // Rung 6's pipeline (fa3_common.cuh's Pipeline, for one Q slot and its own staging) in bytes: the
 // same barriers, phases and protocol; Vᵀ's copy takes the key block's columns of D rows.
-template <int D, int kStages>
+template <int D, int kStages, int kBr>
 struct Pipeline {
-  using L = Smem<D, kStages>;
+  using L = Smem<D, kStages, kBr>;
   uint8_t* smem;
   __device__ uint8_t* Q() const { return smem + L::kQ; }
   __device__ uint8_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
@@ -201,16 +214,21 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
   }
 }
 
-template <class T, int D, int kStages, int kPolyEvery>
+template <class T, int D, int kStages, int kPolyEvery, int kWG = consumer_warpgroups<D>()>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     flash_v3_fp8(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                  const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO, tc::Params p,
                  Scales sc, int heads, int* next_tile) {
-  constexpr int NT = kBc / 8, DT = D / 8;
+  constexpr int NT = kBc / 8, DT = D / 8, kBr = 64 * kWG;
   extern __shared__ uint8_t smem_raw[];
-  const Pipeline<D, kStages> pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
+  const Pipeline<D, kStages, kBr> pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
   const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
+  // Causal tiles are laid from the last row back, as in rung 6 (a head's first tile may start before
+  // row 0, its rows there padding), but from N rounded up to 64: every warpgroup's 64 rows then start
+  // on a multiple of 64 and lie in one of Q's 128-row scale blocks (one descale a warpgroup). For Br
+  // and Bc multiples of 64 the tiles' count and key blocks are the same as from N.
+  const int N64 = (p.N + 63) / 64 * 64;
   auto tile = [&](int t, int& i, int& h) {
     h = t / Tr;
     i = p.causal ? Tr - 1 - t % Tr : t % Tr;
@@ -234,11 +252,12 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         tile(t, i, h);
         hopper::mbarrier_wait(pipe.q_empty(), (n & 1) ^ 1);
         *pipe.tile_slot(n) = t;  // published by the arrive on q_full (release)
-        it = pipe.produce(&mapQ, &mapK, &mapVt, i * kBr, h, key_blocks(p.N, kBr, kBc, p.causal, i), it);
+        it = pipe.produce(&mapQ, &mapK, &mapVt, query_row0(N64, kBr, p.causal, true, i), h,
+                          key_blocks(N64, kBr, kBc, p.causal, i, true), it);
       }
     }
   } else {  // ---- the consumers ----
-    hopper::setmaxnreg_inc<240>();
+    hopper::setmaxnreg_inc<fa3::consumer_registers<kWG>()>();
     const int cwg = wg - 1, cwarp = warp - 4;
     auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
     auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (cwg + 1) % kWG, 256); };
@@ -252,16 +271,19 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       if (t < 0) break;
       int i, h;
       tile(t, i, h);
-      const int row0 = i * kBr, wg_row0 = row0 + 64 * cwg, warp_row0 = row0 + 16 * cwarp;
-      const int blocks = key_blocks(p.N, kBr, kBc, p.causal, i);
+      const int row0 = query_row0(N64, kBr, p.causal, true, i), wg_row0 = row0 + 64 * cwg,
+                warp_row0 = row0 + 16 * cwarp;
+      const int blocks = key_blocks(N64, kBr, kBc, p.causal, i, true);
       // As rung 6: causal, a warpgroup skips the key blocks past its own rows (an empty turn);
-      // rows all past N need one block (computed, not written).
-      const bool padding = wg_row0 >= p.N;
+      // rows all padding (before 0 or past N) need one block (computed, not written).
+      const bool padding = wg_row0 + 64 <= 0 || wg_row0 >= p.N;
       const int needed = padding ? 1 : p.causal ? min(blocks, (wg_row0 + 64 + kBc - 1) / kBc) : blocks;
       const int b0 = blocks - needed;
       const float* k_scale = sc.k + size_t(h) * sc.blocks;
       const float* v_scale = sc.v + size_t(h) * sc.blocks;
-      const float cq = c0 * sc.q[size_t(h) * sc.blocks + i];  // the tile's Q descale, folded in
+      // The Q descale of the warpgroup's 64 rows, folded in (they lie in one 128-row scale block; rows
+      // all padding take the nearest block's, unused).
+      const float cq = c0 * sc.q[size_t(h) * sc.blocks + min(max(wg_row0, 0), p.N - 1) / kScaleRows];
       float o[1][DT][4] = {}, oj[1][DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {};
       float S[1][NT][4];
       uint32_t P[kBc / 32][4];
@@ -379,18 +401,20 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const int Np = padded_keys(s.N);
   const CUtensorMapSwizzle qk_swizzle = s.d == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, kBr, qk_swizzle});
+  const int Br = attention_tiles(s).Br;
+  const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, Br, qk_swizzle});
   const CUtensorMap mapK = fa3::make_tensor_map({in.K, u8, 1, s.d, s.N, s.heads(), s.d, kBc, qk_swizzle});
   const CUtensorMap mapVt = fa3::make_tensor_map({in.Vt, u8, 1, Np, s.d, s.heads(), kBc, s.d, CU_TENSOR_MAP_SWIZZLE_128B});
   const CUtensorMap mapO = fa3::make_tensor_map(O, out == course::Dtype::bf16, s.heads(), s.N, s.d, 16);
   const Scales sc{in.q_scale, in.k_scale, in.v_scale, (s.N + kScaleRows - 1) / kScaleRows};
   const tc::Params p = tc::params(nullptr, nullptr, nullptr, O, L, s.N, s.causal, s.d);
-  const unsigned grid = fa3::persistent_grid(s, "fp8", kBr);
+  const unsigned grid = fa3::persistent_grid(s, "fp8", Br);
   int* next_tile = fa3::tile_counter();
   auto run = [&](auto type, auto d) {
     using T = decltype(type);
-    constexpr int D = decltype(d)::value, kStages = 4;
-    constexpr size_t bytes = Smem<D, kStages>::kBytes;
+    constexpr int D = decltype(d)::value, kStages = 4, kWG = consumer_warpgroups<D>();
+    constexpr size_t bytes = Smem<D, kStages, 64 * kWG>::kBytes;
+    course::require(Br == 64 * kWG, "fp8: attention_tiles and the kernel's warpgroups disagree");
     const auto kernel = poly_every == 4   ? flash_v3_fp8<T, D, kStages, 4>
                         : poly_every == 8 ? flash_v3_fp8<T, D, kStages, 8>
                                           : flash_v3_fp8<T, D, kStages, 0>;

@@ -36,13 +36,12 @@ using course::Dtype;
 namespace {
 
 constexpr const char* kStage08Rung = "tuned";
-const Tiles kTiles{128, 128};  // the FP8 kernel's Br × Bc (and the scales' blocks)
-
 // Bytes between the SMs and L2 in the model (stage 06's, with 1-byte Q, K, V): per head Q once,
 // K and V of every visited key block once per query block, O (2 bytes a value) and L once.
 double attention_model_bytes(const Shape& s) {
+  const Tiles t = attention_tiles(s);
   double keys = 0;
-  for (int i = 0; i < query_blocks(s, kTiles); ++i) keys += std::min(s.N, key_blocks(s, kTiles, i) * kTiles.Bc);
+  for (int i = 0; i < query_blocks(s, t); ++i) keys += std::min(s.N, key_blocks(s, t, i) * t.Bc);
   return double(s.heads()) * (double(s.d) * (3.0 * s.N + 2.0 * keys) + 4.0 * s.N);
 }
 // The quantisation's bytes: each 16-bit input read once (per tensor: twice), the bytes written (V
@@ -256,12 +255,13 @@ int main(int argc, char** argv) {
         for (const std::string& name : runs) {
           const bool fp8_row = name.rfind("fp8_", 0) == 0;
           course::Row row = bench.row(fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name,
-                                      s.text() + " Br=128 Bc=128");
+                                      s.text() + " Br=" + std::to_string(attention_tiles(s).Br) + " Bc=128");
           row.dtype = course::name(t);
           row.size = N;
           if (name.rfind("08_", 0) == 0) {
             row.flops = s.flops();
-            const V2Variant& v = v3_variant(kStage08Rung);
+            const std::string rung = kStage08Rung;  // a named argument: GCC 13 warns of a dangling reference
+            const V2Variant& v = v3_variant(rung);   // to a temporary string (the list is static; it is not)
             const Tiles tiles = v.tiles(s);
             row.shape = s.text() + " Br=" + std::to_string(tiles.Br) + " Bc=" + std::to_string(tiles.Bc);
             row.io_model_bytes = flash_v2_model_bytes(s, t, tiles);

@@ -110,6 +110,28 @@ TEST_CASE("fwht: H·H = d·I, and incoherent processing leaves Q·Kᵀ unchanged
   CHECK(worst < 1e-12);
 }
 
+TEST_CASE("tiles: 192 query rows at d = 64, 128 at d = 128; laid from N rounded up to 64, the same key blocks") {
+  CHECK(attention_tiles(Shape{1, 1, 100, 64, true}).Br == 192);
+  CHECK(attention_tiles(Shape{1, 1, 100, 128, true}).Br == 128);
+  // The kernel lays causal tiles from N64 = N rounded up to 64 (so that each warpgroup's 64 rows lie in
+  // one of Q's 128-row scale blocks); the model and the counts lay them from N. Same tiles' key blocks.
+  for (int d : {64, 128}) {
+    const Tiles t = attention_tiles(Shape{1, 1, 1, d, true});
+    for (int N = 1; N <= 3000; ++N) {
+      const int N64 = (N + 63) / 64 * 64, Tr = (N + t.Br - 1) / t.Br;
+      CAPTURE(N);
+      REQUIRE((N64 + t.Br - 1) / t.Br == Tr);
+      for (int i = 0; i < Tr; ++i) {
+        REQUIRE(key_blocks(N64, t.Br, t.Bc, true, i, true) == key_blocks(N, t.Br, t.Bc, true, i, true));
+        for (int w = 0; w < t.Br / 64; ++w) {  // a warpgroup's rows in one scale block
+          const int first = std::max(query_row0(N64, t.Br, true, true, i) + 64 * w, 0);
+          CHECK(first / kScaleRows == (first + 63) / kScaleRows);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("quantize: scales from the block's (or the tensor's) amax, bytes within u, zeros, NaN refused") {
   const std::uint64_t seed = course::fresh_seed();
   CAPTURE(seed);

@@ -42,6 +42,9 @@ using course::Dtype;
 
 namespace {
 
+// Stage 08's last rung, named: GCC 13 warns of a dangling reference when v3_variant gets a temporary.
+const std::string kTuned = "tuned";
+
 std::string why_no_hopper() {
   if (!COURSE_HAS_HOPPER) return "this build has no sm_90a kernels (they need nvcc 12 or newer)";
   const auto& g = course::gpu();
@@ -195,7 +198,7 @@ int main(int argc, char** argv) {
             BackwardArgs a{};
             a.Q = dev.q(), a.K = dev.k(), a.V = dev.v(), a.O = dev.o(), a.dO = dO.get(), a.L = dev.L.get();
             a.D = D.get(), a.dQacc = dQacc.get(), a.dQ = dQ.get(), a.dK = dK.get(), a.dV = dV.get();
-            const V2Variant& v = v3_variant("tuned");
+            const V2Variant& v = v3_variant(kTuned);
             dQ.poison(), dK.poison(), dV.poison();
             std::function<course::Comparison()> check;
             if (check_gradients) check = [&] { return gradients_ok(dQ.download(), dK.download(), dV.download()); };
@@ -210,7 +213,7 @@ int main(int argc, char** argv) {
           } else if (runs_here && is_single) {
             DeviceRun dev(s, t, in);
             dev.poison();
-            const V2Variant& v = v3_variant("tuned");
+            const V2Variant& v = v3_variant(kTuned);
             bench.measure_gpu(row, [&] { v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get()); }, [&] {
               const auto O = dev.O_values(t);
               auto c = reference().check_O(O.data());
