@@ -8,9 +8,9 @@ count and the GPU's counters as markers), DIR/<family>_speed.png (speed vs size,
 reader would otherwise use), DIR/io_probe.png (the check of the counters), the attention figures
 (attention_*.png, flash_v1_fig2.png; stage 06: flash_v2_ladder*.png, flash_v2_vs_fa2.png,
 flash_v2_io.png; stage 07: backward_ladder*.png, backward_vs_fa2.png, backward_fig2.png; stage 08:
-flash_v3_ladder*.png, flash_v3_vs_cudnn.png, flash_v3_io.png; without a GPU,
-attention_counted_io.png: stages 05-08's model and CPU count) and DIR/summary.md (with stage 06's,
-07's and 08's tables, and why a figure is missing), and prints the summary. Several rows of one
+flash_v3_ladder*.png, flash_v3_vs_cudnn.png, flash_v3_io.png; stage 09: flash_v3_fp8.png,
+flash_v3_fp8_io.png; without a GPU, attention_counted_io.png: stages 05-08's model and CPU count)
+and DIR/summary.md (with stage 06's, 07's, 08's and 09's tables, and why a figure is missing), and prints the summary. Several rows of one
 problem (rounds) count as their median; stage 08's table shows their min-max too. Rows written in
 rounds (the round column) or with a kernel time (kernel_ms) add a table of ours against each peer,
 cell by cell, round k against round k, with the kernel-level check (scripts/fairness.py). Its
@@ -98,6 +98,15 @@ FAMILIES = OrderedDict(
         peer=None,
         xlabel="sequence length N",
         title="FlashAttention-3",
+        speed="tflops",
+        generic_plots=False,
+    ),
+    # FP8 attention on Hopper: plot_fp8 draws its figures (speed against stage 08, the bytes moved).
+    flash_v3_fp8=dict(
+        stages=["09_flash_v3_fp8"],
+        peer=None,
+        xlabel="sequence length N",
+        title="FP8 attention",
         speed="tflops",
         generic_plots=False,
     ),
@@ -195,7 +204,8 @@ FIGURES = [f"{family}_{kind}.png" for family in ("matmul", "softmax", "attention
     "io_probe.png", "attention_speed.png", "attention_io.png", "flash_v1_fig2.png", "flash_v2_ladder.png",
     "flash_v2_ladder_bf16.png", "flash_v2_vs_fa2.png", "flash_v2_io.png", "backward_ladder.png",
     "backward_ladder_bf16.png", "backward_vs_fa2.png", "backward_fig2.png", "flash_v3_ladder.png",
-    "flash_v3_ladder_bf16.png", "flash_v3_vs_cudnn.png", "flash_v3_io.png", "attention_counted_io.png"]
+    "flash_v3_ladder_bf16.png", "flash_v3_vs_cudnn.png", "flash_v3_io.png", "attention_counted_io.png",
+    "flash_v3_fp8.png", "flash_v3_fp8_io.png"]
 
 
 def save_figure(fig, out, name, rect=None):
@@ -874,6 +884,104 @@ def plot_flash_v3(records, out):
     return written
 
 
+FP8 = "09_flash_v3_fp8"
+FP8_BASE = "08_tuned"  # stage 08's last rung (fp16/bf16), run by stage 09's program on the same inputs
+FP8_SCHEMES = ["fp8_per_tensor", "fp8_per_block", "fp8_per_tensor_hadamard", "fp8_per_block_hadamard"]
+FP8_STYLE = OrderedDict([
+    (FP8_BASE, dict(color="tab:blue", marker="D", label="stage 08 tuned (16-bit)")),
+    ("fp8_per_tensor", dict(color="tab:red", marker="o", label="FP8 per tensor")),
+    ("fp8_per_block_hadamard", dict(color="tab:purple", marker="s", ls="--", label="FP8 per block + Hadamard")),
+])
+# Dense FP8 (e4m3) tensor-core peaks, TFLOP/s, from NVIDIA's datasheets (without sparsity), by a piece of
+# the GPU's name, as DENSE_PEAK_TFLOPS.
+DENSE_FP8_PEAK_TFLOPS = [("H100 PCIe", 1513.0), ("NVL", 1670.0), ("H100", 1979.0), ("H200", 1979.0)]
+
+
+def fp8_cells(recs, dtype="fp16"):
+    """The cells (as ladder_cells) where an FP8 attention row was timed."""
+    return [c for c in ladder_cells(recs, dtype) if any(v2_find(recs, v, dtype, **cell_fields(c)) for v in FP8_SCHEMES)]
+
+
+def plot_fp8(records, out):
+    """Stage 09's figures: TFLOP/s against N per (d, causal) for stage 08's last rung and two FP8
+    schemes; and the bytes each moved (SM<->L2 and DRAM, the counters) at the largest N."""
+    recs = attention_records(records, stage=FP8)
+    cells = fp8_cells(recs)
+    if not cells:
+        return []
+    panels = sorted({(c[0], c[1]) for c in cells})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for ax, (d, causal) in zip(axes[0], panels):
+        for v, style in FP8_STYLE.items():
+            pts = sorted((c[2], v2_value(recs, v, "fp16", **cell_fields(c))) for c in cells if c[:2] == (d, causal))
+            pts = [(n, t) for n, t in pts if t is not None]
+            if pts:
+                ax.plot([n for n, _ in pts], [t for _, t in pts], **style)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"d = {d}{', causal' if causal else ''}")
+        ax.set_xlabel("sequence length N (B·N = 16384)")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("TFLOP/s (fp16 out; medians of rounds)")
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"FP8 attention (stage 09) against stage 08's 16-bit last rung, {device_name(records)}")
+    written = [save_figure(fig, out, "flash_v3_fp8.png")]
+    # The bytes moved, at each panel's largest N: FP8 reads 1-byte Q, K, V.
+    picks = []
+    for d, causal in panels:
+        n = max(c[2] for c in cells if c[:2] == (d, causal))
+        cell = next(c for c in cells if c[:3] == (d, causal, n))
+        for v in (FP8_BASE, "fp8_per_tensor"):
+            r = v2_find(recs, v, "fp16", need="l2_read_bytes", **cell_fields(cell))
+            if r:
+                picks.append((f"d={d}{' causal' if causal else ''}\n{'16-bit' if v == FP8_BASE else 'FP8'}", r))
+    if picks:
+        fig, ax = plt.subplots(figsize=(1.3 * len(picks) + 2, 3.8))
+        xs = range(len(picks))
+        gib = 2.0 ** 30
+        ax.bar([x - 0.2 for x in xs], [add(r["l2_read_bytes"], r.get("l2_write_bytes")) / gib for _, r in picks], 0.4,
+               label="SM↔L2 (measured)", color="tab:blue")
+        ax.bar([x + 0.2 for x in xs], [add(r.get("dram_read_bytes"), r.get("dram_write_bytes")) / gib for _, r in picks],
+               0.4, label="DRAM (measured)", color="tab:orange")
+        ax.plot(list(xs), [r["io_model_bytes"] / gib for _, r in picks], "k_", markersize=18, label="model (SM↔L2)")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([name for name, _ in picks], fontsize=8)
+        ax.set_ylabel("GiB moved by one call")
+        ax.legend(fontsize=8)
+        ax.set_title("Bytes moved, 16-bit against FP8 (largest N of each panel)", fontsize=10)
+        written.append(save_figure(fig, out, "flash_v3_fp8_io.png"))
+    return written
+
+
+def fp8_tables(records):
+    """Stage 09's table for summary.md: stage 08's last rung and each FP8 scheme in every cell, the
+    ratio FP8 / 16-bit, the quantisation's time, and the bytes moved."""
+    recs = attention_records(records, stage=FP8)
+    rows = []
+    for c in fp8_cells(recs):
+        found = {v: v2_find(recs, v, "fp16", **cell_fields(c)) for v in [FP8_BASE] + FP8_SCHEMES}
+        value = {v: r and r["tflops"] for v, r in found.items()}
+        best = max(FP8_SCHEMES, key=lambda v: value[v] or 0)
+        quant = {q: v2_find(recs, q, "fp16", need="ms", **cell_fields(c)) for q in ("quant_per_tensor", "quant_per_block_hadamard")}
+        attn = found["fp8_per_tensor"]
+        l2 = {v: found[v] and add(found[v].get("l2_read_bytes"), found[v].get("l2_write_bytes")) for v in (FP8_BASE, "fp8_per_tensor")}
+        d, causal, N, B, H = c
+        rows.append([str(d), str(causal), str(N), str(B), str(H)] + [tflops_text(found[v]) for v in [FP8_BASE] + FP8_SCHEMES] +
+                    [fmt(ratio(value["fp8_per_tensor"], value[FP8_BASE]), ".2f"), fmt(ratio(value[best], value[FP8_BASE]), ".2f"),
+                     percent(value["fp8_per_tensor"], next((p for k, p in DENSE_FP8_PEAK_TFLOPS if k in (attn or {}).get("device", "")), None)),
+                     " / ".join(fmt(quant[q] and quant[q]["ms"], ".3f") for q in quant),
+                     percent(quant["quant_per_tensor"] and quant["quant_per_tensor"]["ms"], attn and attn["ms"]),
+                     fmt_bytes(l2[FP8_BASE]), fmt_bytes(l2["fp8_per_tensor"])])
+    table = md_table("Stage 09, FP8 attention: TFLOP/s (fp16 inputs and O), B·N = 16384, H·d = 2048; medians of rounds "
+                     "with their min–max where there are several (08_tuned: stage 08's last rung on the same inputs; the "
+                     "quantisation is timed apart: per tensor / per block + Hadamard, and per tensor as a % of the FP8 "
+                     "attention's time; SM↔L2: measured bytes of one call)",
+                     ["d", "causal", "N", "B", "H", FP8_BASE] + FP8_SCHEMES +
+                     ["per tensor / 08", "best / 08", "per tensor % of dense FP8 peak", "quantisation ms",
+                      "quant. % of attention", "SM↔L2 08", "SM↔L2 FP8"], rows)
+    return "\n" + table if table else ""
+
+
 def tflops_text(rec):
     """A record's TFLOP/s (the median), with the min–max over its rounds where there are several."""
     if rec is None:
@@ -1039,7 +1147,7 @@ def figure_notes(records):
     if plt is None:
         notes.append("No figures: this Python has no matplotlib (install python3-matplotlib).")
     for stage in cpu_only_stages(records):
-        why = " (its kernels run on a Hopper GPU alone, sm_90)" if stage == FLASH_V3 else ""
+        why = " (its kernels run on a Hopper GPU alone, sm_90)" if stage in (FLASH_V3, FP8) else ""
         if counted_picks(records, stage)[1]:
             notes.append(f"{stage}: no GPU rows{why}, so no figure of speed or measured traffic; "
                          "attention_counted_io.png shows the model and the CPU count at the largest problem "
@@ -1251,9 +1359,10 @@ def main():
         written += plot_flash_v2(records, args.out)
         written += plot_backward(records, args.out)
         written += plot_flash_v3(records, args.out)
+        written += plot_fp8(records, args.out)
         written.append(plot_counted_io(records, args.out))
     text = (summary(records) + flash_v2_tables(records) + backward_tables(records) + flash_v3_tables(records) +
-            fairness_section(rows) + figure_notes(records))
+            fp8_tables(records) + fairness_section(rows) + figure_notes(records))
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)
     print(text)
