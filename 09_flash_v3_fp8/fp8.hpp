@@ -32,7 +32,7 @@ namespace attention::fp8 {
 constexpr float kE4m3Max = 448.0f;
 constexpr double kUnitRoundoff = 1.0 / 16.0;  // 2^-(3 mantissa bits + 1)
 // The rows a scale covers in the per-block scheme: the kernel's key blocks (Bc) of K and V, and 128
-// rows of Q (the tile at d = 128; at d = 64 a tile has 192 rows, and each row takes its own block's).
+// rows of Q (the tile at d = 128; at d = 64 a tile has 192 rows, and each warpgroup's 64 lie in one block).
 constexpr int kScaleRows = 128;
 // The FP8 kernel's tiles: Br = 128 query rows (two consumer warpgroups) at d = 128, 192 (three) at
 // d = 64, key blocks of 128; causal tiles laid from the last row back (stage 08's rung 6).

@@ -1,8 +1,9 @@
 // The FP8 forward pass: stage 08's last rung (fa3_6_tuned.cu) with e4m3 operands. The schedule is
 // rung 6's unchanged: a persistent grid over tiles (query block i of head h; causal, a head's
 // heaviest first), a producer warpgroup (one thread issues the TMA copies into a ring of slots),
-// two consumer warpgroups of 64 query rows each taking turns at the tensor cores (named barriers),
-// and in each the softmax of key block j under the products of block j + 1. What FP8 changes:
+// consumer warpgroups of 64 query rows each taking turns at the tensor cores (named barriers; two
+// at d = 128, three at d = 64, as rung 6 has), and in each the softmax of key block j under the
+// products of block j + 1. What FP8 changes:
 //
 //  - Both products on the e4m3 tensor cores (wgmma ...k32.f32.e4m3.e4m3, hopper.cuh): twice the
 //    16-bit rate, and half the bytes of Q, K and V in every tile and every copy.

@@ -793,9 +793,10 @@ V3_IO_PICKS = ([(v, "fp16", V3_SMALL) for v in (STAGE06_IN_V3, "wgmma", "tma", "
 DENSE_PEAK_TFLOPS = [("H100 PCIe", 756.0), ("NVL", 835.0), ("H100", 989.0), ("H200", 989.0)]
 
 
-def dense_peak_tflops(device):
-    """The GPU's dense fp16/bf16 peak in TFLOP/s, or None for a GPU not in DENSE_PEAK_TFLOPS."""
-    return next((peak for piece, peak in DENSE_PEAK_TFLOPS if piece in (device or "")), None)
+def dense_peak_tflops(device, table=None):
+    """The GPU's dense fp16/bf16 peak in TFLOP/s (or the given table's, e.g. FP8's), or None for a GPU
+    not in it."""
+    return next((peak for piece, peak in (table or DENSE_PEAK_TFLOPS) if piece in (device or "")), None)
 
 
 def v3_cells(recs, dtype):
@@ -962,15 +963,20 @@ def fp8_tables(records):
         found = {v: v2_find(recs, v, "fp16", **cell_fields(c)) for v in [FP8_BASE] + FP8_SCHEMES}
         value = {v: r and r["tflops"] for v, r in found.items()}
         best = max(FP8_SCHEMES, key=lambda v: value[v] or 0)
-        quant = {q: v2_find(recs, q, "fp16", need="ms", **cell_fields(c)) for q in ("quant_per_tensor", "quant_per_block_hadamard")}
+        quant = {q: v2_find(recs, q, "fp16", need="ms", **cell_fields(c))
+                 for q in ("quant_per_tensor", "quant_per_block_hadamard")}
         attn = found["fp8_per_tensor"]
-        l2 = {v: found[v] and add(found[v].get("l2_read_bytes"), found[v].get("l2_write_bytes")) for v in (FP8_BASE, "fp8_per_tensor")}
+        l2 = {v: found[v] and add(found[v].get("l2_read_bytes"), found[v].get("l2_write_bytes"))
+              for v in (FP8_BASE, "fp8_per_tensor")}
+        per_tensor_quant = quant["quant_per_tensor"] and quant["quant_per_tensor"]["ms"]
         d, causal, N, B, H = c
-        rows.append([str(d), str(causal), str(N), str(B), str(H)] + [tflops_text(found[v]) for v in [FP8_BASE] + FP8_SCHEMES] +
-                    [fmt(ratio(value["fp8_per_tensor"], value[FP8_BASE]), ".2f"), fmt(ratio(value[best], value[FP8_BASE]), ".2f"),
-                     percent(value["fp8_per_tensor"], next((p for k, p in DENSE_FP8_PEAK_TFLOPS if k in (attn or {}).get("device", "")), None)),
+        rows.append([str(d), str(causal), str(N), str(B), str(H)] +
+                    [tflops_text(found[v]) for v in [FP8_BASE] + FP8_SCHEMES] +
+                    [fmt(ratio(value["fp8_per_tensor"], value[FP8_BASE]), ".2f"),
+                     fmt(ratio(value[best], value[FP8_BASE]), ".2f"),
+                     percent(value["fp8_per_tensor"], dense_peak_tflops(attn and attn["device"], DENSE_FP8_PEAK_TFLOPS)),
                      " / ".join(fmt(quant[q] and quant[q]["ms"], ".3f") for q in quant),
-                     percent(quant["quant_per_tensor"] and quant["quant_per_tensor"]["ms"], attn and attn["ms"]),
+                     percent(per_tensor_quant, attn and attn["ms"]),
                      fmt_bytes(l2[FP8_BASE]), fmt_bytes(l2["fp8_per_tensor"])])
     table = md_table("Stage 09, FP8 attention: TFLOP/s (fp16 inputs and O), B·N = 16384, H·d = 2048; medians of rounds "
                      "with their min–max where there are several (08_tuned: stage 08's last rung on the same inputs; the "
