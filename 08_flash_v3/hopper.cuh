@@ -125,6 +125,18 @@ __device__ inline int swizzle128(int r, int c) {
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
   "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
   "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}"
+// N = 72 and 136 (stage 09's P̃·V with a row of ones appended to Vᵀ: d + 8 columns, the last 8 the
+// row sums): 36 and 68 floats.
+#define HOPPER_ACC36(d) HOPPER_ACC32(d), HOPPER_ACC4(d, 8)
+#define HOPPER_ACC68(d) HOPPER_ACC64(d), HOPPER_ACC4(d, 16)
+#define HOPPER_REGS36                                                                                   \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}"
+#define HOPPER_REGS68                                                                                   \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
+  "%62, %63, %64, %65, %66, %67}"
 
 // A and B both from shared memory, both K-major (S = Q·Kᵀ: Q's rows and K's rows are d-contiguous).
 //   wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}  d, a-desc, b-desc, scale-d, 1, 1, 0, 0
@@ -194,9 +206,15 @@ __device__ inline void wgmma_ss_e4m3(float (&d)[N / 8][4], uint64_t desc_a, uint
 }
 template <int N>
 __device__ inline void wgmma_rs_e4m3(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
-  static_assert(N == 64 || N == 128, "wgmma_rs_e4m3: N = 64 or 128");
+  static_assert(N == 64 || N == 72 || N == 128 || N == 136, "wgmma_rs_e4m3: N = 64, 72, 128 or 136");
   if constexpr (N == 64)
     HOPPER_WGMMA_E4M3(64, HOPPER_REGS32, HOPPER_ACC32(d), "{%32, %33, %34, %35}", "%36", "%37",
+                      "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));
+  else if constexpr (N == 72)
+    HOPPER_WGMMA_E4M3(72, HOPPER_REGS36, HOPPER_ACC36(d), "{%36, %37, %38, %39}", "%40", "%41",
+                      "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));
+  else if constexpr (N == 136)
+    HOPPER_WGMMA_E4M3(136, HOPPER_REGS68, HOPPER_ACC68(d), "{%68, %69, %70, %71}", "%72", "%73",
                       "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));
   else
     HOPPER_WGMMA_E4M3(128, HOPPER_REGS64, HOPPER_ACC64(d), "{%64, %65, %66, %67}", "%68", "%69",

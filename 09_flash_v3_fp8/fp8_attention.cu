@@ -24,6 +24,12 @@
 //    into their accumulator with fewer bits than fp32, and a sum over all N keys in one accumulator
 //    drifts toward zero. The blocks' sums are added in fp32, one FFMA a value where the rescale
 //    was one FMUL; D/2 registers more a thread.
+//  - The row sum l on the tensor cores (kSumByMma, the default): eight rows of ones appended to Vᵀ
+//    in shared memory make P̃·V's product 8 columns wider (n = D + 8), and each of those columns is
+//    Σ P̃ over the block's keys. That takes the 64 FADDs a thread spent on the sum each key block
+//    (of ~520 instructions) off the consumer warps' instruction stream, for 6 % more work on the
+//    tensor cores' P̃·V; and l now sums the e4m3 values of P̃ that P̃·V used (O = Σ P̃·V / Σ P̃ with the
+//    same P̃ above and below). kSumByMma = false: the sum by FADDs, as stage 08 (the ablation).
 //  - P̃ · 2^8. P̃ = 2^(x − m) is at most 1, and e4m3's normal range starts at 2^-6: the small
 //    weights of a long row would be subnormal (fewer bits) or 0. The exponent's subtraction of m
 //    becomes m − 8: P̃ in [0, 256], O = o/l unchanged (l sums the same scaled values), L less 8 ln 2.
@@ -66,18 +72,20 @@ struct Scales {
 // Shared memory, in bytes from a 1024-aligned base: Q (Br × D), kStages slots of K (Bc × D) and Vᵀ
 // (D × Bc), O's staging (Br × D 16-bit values: written out by TMA stores), then the barriers and
 // the two tile numbers. Every tile is 1024-byte aligned (the swizzle's atom).
-template <int D, int kStages, int kBr>
+// kOnes (the row sum by the tensor cores): each slot also holds 8 rows of Bc ones after Vᵀ's D rows.
+template <int D, int kStages, int kBr, bool kOnes>
 struct Smem {
-  static constexpr int kQ = 0, kKV = kBr * D, kSlot = 2 * kBc * D, kO = kKV + kStages * kSlot;
+  static constexpr int kQ = 0, kKV = kBr * D, kSlot = 2 * kBc * D + (kOnes ? 8 * kBc : 0);
+  static constexpr int kO = kKV + kStages * kSlot;
   static constexpr int kBar = kO + kBr * D * 2;
   static constexpr size_t kBytes = size_t(kBar) + 8 * (2 + 4 * kStages + 1) + 1024;
 };
 
 // Rung 6's pipeline (fa3_common.cuh's Pipeline, for one Q slot and its own staging) in bytes: the
 // same barriers, phases and protocol; Vᵀ's copy takes the key block's columns of D rows.
-template <int D, int kStages, int kBr>
+template <int D, int kStages, int kBr, bool kOnes>
 struct Pipeline {
-  using L = Smem<D, kStages, kBr>;
+  using L = Smem<D, kStages, kBr, kOnes>;
   uint8_t* smem;
   __device__ uint8_t* Q() const { return smem + L::kQ; }
   __device__ uint8_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
@@ -93,6 +101,16 @@ struct Pipeline {
   __device__ static int phase(int it) { return (it / kStages) & 1; }
   __device__ volatile int* tile_slot(int n) const {
     return reinterpret_cast<volatile int*>(bar(2 + 4 * kStages)) + (n & 1);
+  }
+  // The rows of ones after each slot's Vᵀ (e4m3 1.0 is 0x38), written once: the copies never touch
+  // them. Every thread writes its share and makes it visible to the tensor cores (the async proxy);
+  // the __syncthreads() after init orders it before any wgmma.
+  __device__ void fill_ones() const {
+    if constexpr (kOnes) {
+      for (int i = threadIdx.x; i < kStages * 2 * kBc; i += blockDim.x)
+        reinterpret_cast<uint32_t*>(Vt(i / (2 * kBc)) + kBc * D)[i % (2 * kBc)] = 0x38383838u;
+      hopper::fence_proxy_async();
+    }
   }
   __device__ void init(int consumer_warps) const {
     hopper::mbarrier_init(q_full(), 1);
@@ -145,22 +163,23 @@ __device__ void issue_qk(float (&S)[kBc / 8][4], const uint8_t* Qs, int wg, cons
     hopper::wgmma_ss_e4m3<kBc>(S, hopper::desc_advance(q, 32 * s), hopper::desc_advance(k, 32 * s), s > 0);
 }
 
-// o_j = P̃·V_j, a fresh accumulator (the first step does not add): Bc/32 wgmma's of 64 × D × 32, P̃
+// o_j = P̃·V_j, a fresh accumulator (the first step does not add): Bc/32 wgmma's of 64 × NV × 32, P̃
 // from registers, Vᵀ's D rows of Bc = 128 key bytes from shared memory (K-major, the 128-byte
-// swizzle). Not o += P̃·V_j as in stage 08: the FP8 tensor cores add into their accumulator with
+// swizzle); NV = D + 8 when the 8 rows of ones follow (the row sums in o_j's last 8 columns). Not o += P̃·V_j as in stage 08: the FP8 tensor cores add into their accumulator with
 // fewer bits than fp32 (truncating what falls below them), so a long sum in one accumulator drifts
 // toward zero: measured −12 % on O at N = 16384 with inputs of mean 0.5. Each block's 128 keys are
 // summed on the tensor cores; the blocks are added in fp32 (promote), DeepSeek-V3's remedy.
-template <int D>
-__device__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&P)[kBc / 32][4], const uint8_t* Vts) {
+template <int NV>
+__device__ void issue_pv(float (&o)[NV / 8][4], const uint32_t (&P)[kBc / 32][4], const uint8_t* Vts) {
   const uint64_t v = hopper::make_desc(hopper::smem_u32(Vts), 0, 1024, 1);
 #pragma unroll
-  for (int s = 0; s < kBc / 32; ++s) hopper::wgmma_rs_e4m3<D>(o, P[s], hopper::desc_advance(v, 32 * s), s > 0);
+  for (int s = 0; s < kBc / 32; ++s) hopper::wgmma_rs_e4m3<NV>(o, P[s], hopper::desc_advance(v, 32 * s), s > 0);
 }
 // o = o · a + o_j, in fp32: the running sum rescaled (a: the rescale that o owed, and V's descale
-// step) and the block's sum added, one FFMA a value (stage 08's rescale was one FMUL).
-template <int DT>
-__device__ void promote(float (&o)[DT][4], const float (&oj)[DT][4], const float (&a)[2]) {
+// step) and the block's sum added, one FFMA a value (stage 08's rescale was one FMUL). oj may have a
+// tile more (the row sums), not added here.
+template <int DT, int DJ>
+__device__ void promote(float (&o)[DT][4], const float (&oj)[DJ][4], const float (&a)[2]) {
 #pragma unroll
   for (int d = 0; d < DT; ++d)
 #pragma unroll
@@ -184,7 +203,8 @@ __device__ inline void pack_p(const float (&S)[kBc / 8][4], uint32_t (&P)[kBc / 
 // of x = S_acc·cj; P̃ = 2^(x − m + 8). kPolyEvery > 0: every kPolyEvery-th 8-key tile's exponentials
 // by stage 08's exp2_poly on the FMA pipe (an experiment: at d = 128 the exponential unit's 16 a
 // clock per SM take as long as the FP8 products of a block, 512 cycles each for a warpgroup).
-template <int kPolyEvery, int NT>
+// kSum = false: l is not summed here (the tensor cores sum it with P̃·V).
+template <int kPolyEvery, bool kSum, int NT>
 __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], float cj, float (&alpha)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -208,21 +228,23 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
         bool poly = false;
         if constexpr (kPolyEvery > 0) poly = n % kPolyEvery == kPolyEvery - 1;
         S[n][e] = poly ? fa3::exp2_poly(x) : ptx::exp2_approx(x);
-        sum[(n % 2) * 2 + e % 2] += S[n][e];
+        if constexpr (kSum) sum[(n % 2) * 2 + e % 2] += S[n][e];
       }
-    fa3::tree_reduce(sum, [](float a, float b) { return a + b; });
-    l[h] = l[h] * alpha[h] + sum[0];
+    if constexpr (kSum) {
+      fa3::tree_reduce(sum, [](float a, float b) { return a + b; });
+      l[h] = l[h] * alpha[h] + sum[0];
+    }
   }
 }
 
-template <class T, int D, int kStages, int kPolyEvery, int kWG = consumer_warpgroups<D>()>
+template <class T, int D, int kStages, int kPolyEvery, bool kSumByMma, int kWG = consumer_warpgroups<D>()>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     flash_v3_fp8(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                  const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO, tc::Params p,
                  Scales sc, int heads, int* next_tile) {
-  constexpr int NT = kBc / 8, DT = D / 8, kBr = 64 * kWG;
+  constexpr int NT = kBc / 8, DT = D / 8, kBr = 64 * kWG, NV = D + (kSumByMma ? 8 : 0);
   extern __shared__ uint8_t smem_raw[];
-  const Pipeline<D, kStages, kBr> pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
+  const Pipeline<D, kStages, kBr, kSumByMma> pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
   const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
   // Causal tiles are laid from the last row back, as in rung 6 (a head's first tile may start before
@@ -235,6 +257,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     i = p.causal ? Tr - 1 - t % Tr : t % Tr;
   };
   if (threadIdx.x == 0) pipe.init(4 * kWG);
+  pipe.fill_ones();
   __syncthreads();
 
   if (wg == 0) {  // ---- the producer ----
@@ -280,12 +303,17 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       const bool padding = wg_row0 + 64 <= 0 || wg_row0 >= p.N;
       const int needed = padding ? 1 : p.causal ? min(blocks, (wg_row0 + 64 + kBc - 1) / kBc) : blocks;
       const int b0 = blocks - needed;
-      const float* k_scale = sc.k + size_t(h) * sc.blocks;
-      const float* v_scale = sc.v + size_t(h) * sc.blocks;
+      // The head's K and V descales, indexed from the kernel's parameters (one register, not two
+      // pointers: the consumer's registers are all but taken at d = 128).
+      const int hb = h * sc.blocks;
+      auto k_scale = [&](int j) { return sc.k[hb + j]; };
+      auto v_scale = [&](int j) { return sc.v[hb + j]; };
       // The Q descale of the warpgroup's 64 rows, folded in (they lie in one 128-row scale block; rows
       // all padding take the nearest block's, unused).
       const float cq = c0 * sc.q[size_t(h) * sc.blocks + min(max(wg_row0, 0), p.N - 1) / kScaleRows];
-      float o[1][DT][4] = {}, oj[1][DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {};
+      // oj: the block's P̃·V (and, kSumByMma, its row sums in tile DT: row g's in [DT][0] and [1], row
+      // g + 8's in [2] and [3], the same sum in every lane of a quad).
+      float o[1][DT][4] = {}, oj[1][NV / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {};
       float S[1][NT][4];
       uint32_t P[kBc / 32][4];
       auto mask = [&](int b) {
@@ -321,22 +349,33 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       // Moved: 733 -> 895 TFLOP/s at d = 128, N = 16384. (The wait still stands before the
       // exponentials in the SASS: ptxas may always wait earlier than asked.)
       // f_held: the factor of the sum held in oj (o to its max and V's unit; 0 while o is empty);
-      // f_next: that of the block whose P̃ is in P.
-      float sv = v_scale[blocks - 1 - b0], f_held[2] = {0.0f, 0.0f}, f_next[2] = {0.0f, 0.0f};
+      // f_next: that of the block whose P̃ is in P. u_held, u_next: V's descale step in those factors,
+      // inverted: l's factor is f·u (the max only; the ones are not scaled by V's descale). One
+      // register each, not two: at d = 128 the consumer's 240 are all but taken.
+      float sv = v_scale(blocks - 1 - b0), f_held[2] = {0.0f, 0.0f}, f_next[2] = {0.0f, 0.0f};
+      float u_held = 1.0f, u_next = 1.0f;
 #pragma unroll
-      for (int d = 0; d < DT; ++d)
+      for (int d = 0; d < NV / 8; ++d)
 #pragma unroll
         for (int e = 0; e < 4; ++e) oj[0][d][e] = 0.0f;
-      softmax_scores<kPolyEvery>(S[0], m, l, cq * k_scale[blocks - 1 - b0], alpha);
+      softmax_scores<kPolyEvery, !kSumByMma>(S[0], m, l, cq * k_scale(blocks - 1 - b0), alpha);
       pack_p(S[0], P);
+      // kSumByMma: l = l·(f·u) + the block's row sum, as soon as P̃·V is complete, so that the row
+      // sums' registers are free again before the next turn (at the turn, S, o, oj and P̃ are all
+      // held, the row sums' four more would make ptxas serialise the wgmma's: its warning C7511).
+      auto add_row_sum = [&] {
+        if constexpr (kSumByMma)
+          l[0] = fmaf(l[0], f_held[0] * u_held, oj[0][DT][0]), l[1] = fmaf(l[1], f_held[1] * u_held, oj[0][DT][2]);
+      };
       auto promote_held = [&] {  // o = o·f + oj under the products just issued; oj then free for P̃·V
         promote(o[0], oj[0], f_held);
         f_held[0] = f_next[0], f_held[1] = f_next[1];
+        u_held = u_next;
         hopper::wgmma_fence();  // oj was read: the wgmma that writes it comes after
       };
       for (int b = b0 + 1; b < blocks; ++b) {
         const int k = it + b, j = blocks - 1 - b;
-        const float cj = cq * k_scale[j], sv_j = v_scale[j];
+        const float cj = cq * k_scale(j), sv_j = v_scale(j);
         pipe.wait_k(k);
         wait_turn();
         hopper::wgmma_fence();
@@ -344,7 +383,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         hopper::wgmma_commit();
         promote_held();
         pipe.wait_v(k - 1);
-        issue_pv<D>(oj[0], P, pipe.Vt(k - 1));
+        issue_pv<NV>(oj[0], P, pipe.Vt(k - 1));
         hopper::wgmma_commit();
         pass_turn();
         hopper::wgmma_wait<1>();
@@ -352,12 +391,14 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         pipe.release_k(k);
         if (b == blocks - 1) pipe.release_q();
         mask(b);
-        softmax_scores<kPolyEvery>(S[0], m, l, cj, alpha);
+        softmax_scores<kPolyEvery, !kSumByMma>(S[0], m, l, cj, alpha);
         const float units = sv / sv_j;  // o owes alpha and the step to units of sv_j (1 per tensor)
+        if constexpr (kSumByMma) u_next = sv_j / sv;
         sv = sv_j;
         f_next[0] = alpha[0] * units, f_next[1] = alpha[1] * units;
         hopper::wgmma_wait<0>();
         hopper::fence_registers(oj[0]);
+        add_row_sum();
         pipe.release_v(k - 1);
         pack_p(S[0], P);
       }
@@ -365,17 +406,21 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       pipe.wait_v(k);
       wait_turn();
       promote_held();
-      issue_pv<D>(oj[0], P, pipe.Vt(k));
+      issue_pv<NV>(oj[0], P, pipe.Vt(k));
       hopper::wgmma_commit();
       pass_turn();
       hopper::wgmma_wait<0>();
       hopper::fence_registers(oj[0]);
       pipe.release_v(k);
+      add_row_sum();
       promote(o[0], oj[0], f_held);
       it += blocks;
 
       constexpr float kLn2 = 0.69314718f;
-      float mm[1][2] = {{m[0], m[1]}}, ll[1][2] = {{l[0], l[1]}};
+      // The epilogue adds the four lanes' shares of l (quad_sum); from the tensor cores every lane
+      // holds the whole sum, so each passes a quarter (exact: a power of two).
+      constexpr float share = kSumByMma ? 0.25f : 1.0f;
+      float mm[1][2] = {{m[0], m[1]}}, ll[1][2] = {{l[0] * share, l[1] * share}};
       fa3::write_output_tma<T, D>(o, mm, ll, pipe.O() + 16 * cwarp * D, &mapO, p, h, warp_row0,
                                   {sv, kLn2, -8.0f * kLn2});
     }
@@ -384,7 +429,8 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   }
 }
 
-int poly_every = 0;  // set_exp2_poly_every
+int poly_every = 0;          // set_exp2_poly_every
+bool row_sum_by_mma = true;  // set_row_sum_by_mma
 
 }  // namespace
 
@@ -392,6 +438,8 @@ void set_exp2_poly_every(int k) {
   course::require(k == 0 || k == 4 || k == 8, "the exponentials by polynomial: every 4th or 8th tile, or none (0)");
   poly_every = k;
 }
+
+void set_row_sum_by_mma(bool by_mma) { row_sum_by_mma = by_mma; }
 
 void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L) {
   require_supported(s);
@@ -414,11 +462,13 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   auto run = [&](auto type, auto d) {
     using T = decltype(type);
     constexpr int D = decltype(d)::value, kStages = 4, kWG = consumer_warpgroups<D>();
-    constexpr size_t bytes = Smem<D, kStages, 64 * kWG>::kBytes;
+    constexpr size_t bytes = Smem<D, kStages, 64 * kWG, true>::kBytes;  // the larger of the two
     course::require(Br == 64 * kWG, "fp8: attention_tiles and the kernel's warpgroups disagree");
-    const auto kernel = poly_every == 4   ? flash_v3_fp8<T, D, kStages, 4>
-                        : poly_every == 8 ? flash_v3_fp8<T, D, kStages, 8>
-                                          : flash_v3_fp8<T, D, kStages, 0>;
+    course::require(row_sum_by_mma || poly_every == 0, "fp8: the polynomial runs with the row sum on the tensor cores only");
+    const auto kernel = !row_sum_by_mma ? flash_v3_fp8<T, D, kStages, 0, false>
+                        : poly_every == 4 ? flash_v3_fp8<T, D, kStages, 4, true>
+                        : poly_every == 8 ? flash_v3_fp8<T, D, kStages, 8, true>
+                                          : flash_v3_fp8<T, D, kStages, 0, true>;
     course::require_shared_memory(bytes, "fp8 at d = " + std::to_string(D));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     kernel<<<grid, 128 * (kWG + 1), bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile);

@@ -42,5 +42,9 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
 // An experiment on launch_attention: every k-th 8-key tile's exponentials (k = 4, 8) by a polynomial
 // on the FMA pipe instead of the exponential unit; 0 (the default): none. UsageError for other k.
 void set_exp2_poly_every(int k);
+// The ablation of the row sum on the tensor cores: false sums l by FADDs in the softmax, as stage 08
+// does (the kernel before that rung); true (the default): l from P̃·V's 8 extra columns of ones.
+// The polynomial (set_exp2_poly_every) runs with the default only.
+void set_row_sum_by_mma(bool by_mma);
 
 }  // namespace attention::fp8

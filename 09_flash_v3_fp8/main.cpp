@@ -209,7 +209,11 @@ int main(int argc, char** argv) {
   return course::run_program("09_flash_v3_fp8", [&]() -> int {
     std::vector<std::string> variants = {std::string("08_") + kStage08Rung};
     for (const auto& n : scheme_names) variants.push_back("quant_" + n), variants.push_back("fp8_" + n);
-    course::finish_common_options(options, variants);
+    // The ablation of the row sum on the tensor cores (fp8_<scheme>_fadd: l by FADDs, the kernel before
+    // that rung): run when named, not by default.
+    std::vector<std::string> known = variants;
+    for (const Scheme& s : schemes()) known.push_back("fp8_" + s.name() + "_fadd");
+    course::finish_common_options(options, known);
     require_supported(base);
     std::vector<Dtype> dtypes;
     for (const auto& name : dtype_names) dtypes.push_back(course::parse_dtype(name));
@@ -254,6 +258,7 @@ int main(int argc, char** argv) {
 #endif
         for (const std::string& name : runs) {
           const bool fp8_row = name.rfind("fp8_", 0) == 0;
+          const bool fadd = fp8_row && name.size() > 5 && name.compare(name.size() - 5, 5, "_fadd") == 0;
           course::Row row = bench.row(fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name,
                                       s.text() + " Br=" + std::to_string(attention_tiles(s).Br) + " Bc=128");
           row.dtype = course::name(t);
@@ -282,7 +287,7 @@ int main(int argc, char** argv) {
             continue;
           }
           const bool quant = name.rfind("quant_", 0) == 0;
-          const Scheme scheme = scheme_named(name.substr(quant ? 6 : 4));
+          const Scheme scheme = scheme_named(name.substr(quant ? 6 : 4, name.size() - (quant ? 6 : 4) - (fadd ? 5 : 0)));
           if (!quantized.count(scheme.name())) {
             bench.progress(problem, scheme.name() + ": the CPU's quantisation");
             quantized.emplace(scheme.name(), quantize_inputs(s, in.Q, in.K, in.V, scheme, options.seed));
@@ -292,6 +297,12 @@ int main(int argc, char** argv) {
           else row.flops = s.flops(), row.io_model_bytes = attention_model_bytes(s);
 #if COURSE_HAS_HOPPER
           if (bench.use_gpu()) {
+            if (fadd && poly_every > 0) {
+              notes.push_back(name + ": not run (--exp2-poly-every runs with the row sum on the tensor cores only)");
+              bench.add(row);
+              continue;
+            }
+            fp8::set_row_sum_by_mma(!fadd);
             try {
               course::require_fits(0.0, flash_v2_device_bytes(s, t) + Fp8Buffers::bytes(s), name + " " + s.text());
             } catch (const course::ResourceError& e) {
@@ -338,6 +349,12 @@ int main(int argc, char** argv) {
                   "fp8_*: the FP8 attention on the quantised inputs; max rel err: O against float64 on the 16-bit "
                   "inputs, held to twice plain FP8's error (and L likewise); counted IO: n/a (no CPU count for FP8)",
                   "model: bytes between the SMs and L2 (1-byte Q, K, V; O in the dtype; L)"});
+    for (const std::string& name : runs)
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, "_fadd") == 0) {
+        notes.push_back("fp8_*_fadd: the ablation: the softmax's row sums by FADDs (the kernel before they were "
+                        "summed on the tensor cores, with P*V)");
+        break;
+      }
     char title[256];
     std::snprintf(title, sizeof title, "09_flash_v3_fp8 on %s, %s, seed %llu", course::device_label().c_str(),
                   outliers >= 0 ? "inputs N(0,1) with outliers" : "Q, K, V uniform in [-1, 2)",

@@ -140,6 +140,22 @@ TEST_CASE("the experiment --exp2-poly-every: a share of the exponentials by poly
   CHECK_THROWS_AS(fp8::set_exp2_poly_every(3), course::UsageError);
 }
 
+TEST_CASE("the ablation fp8_*_fadd: the row sum by FADDs (the kernel before the tensor cores summed it) keeps the bound") {
+  struct Fadd {
+    Fadd() { fp8::set_row_sum_by_mma(false); }
+    ~Fadd() { fp8::set_row_sum_by_mma(true); }
+  } fadd;
+  for (int d : {64, 128})
+    for (bool causal : {false, true})
+      for (int N : {129, 1000}) {
+        const Shape s{1, 2, N, d, causal};
+        const std::uint64_t seed = course::fresh_seed();
+        CAPTURE(s.text());
+        CAPTURE(seed);
+        for (const Scheme& scheme : schemes()) check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), scheme, seed);
+      }
+}
+
 TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes and empty shapes refused") {
   const Shape s{1, 1, 200, 64, false};
   Inputs in = make_inputs(s, Dtype::fp16, course::fresh_seed());
