@@ -2,6 +2,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -93,6 +94,17 @@ void Bench::measure_gpu(Row& row, const std::function<void()>& launch,
       later_rounds_.push_back({k, t.median_ms, t.min_ms, t.max_ms});
     }
     between_rounds(row, k);
+  }
+  if (options_.sustain > 0) {
+    progress(row.shape, row.variant + ": sustained calls");
+    const Sustained s = time_sustained(launch, options_.sustain, [&](bool end) {
+      if (end) std::printf("[sustain] end\n");
+      else std::printf("[sustain] start %s | %s | %s\n", row.variant.c_str(), row.dtype.c_str(), row.shape.c_str());
+      std::fflush(stdout);
+    });
+    std::printf("[sustain] result calls=%ld gpu_ms=%.4f ms_per_call=%.6f\n", s.calls, s.ms,
+                s.ms / double(std::max(s.calls, 1L)));
+    std::fflush(stdout);
   }
   progress(row.shape, row.variant + ": hardware counters");
   const CounterResult measured = measure_traffic(launch);

@@ -92,6 +92,12 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
                "Also time each GPU run's kernels alone, without the host (CUPTI activity records; "
                "columns kernel_ms and kernels), in its first round");
   app.add_flag("--no-counters", o.no_counters, "Do not read the GPU's hardware counters");
+  app.add_option("--sustain", o.sustain,
+                 "Also run each GPU run back to back for this many seconds (no L2 flush between calls), with "
+                 "[sustain] lines on stdout where it starts and ends, for an energy reader "
+                 "(scripts/peers/energy.py); 0: not")
+      ->check(CLI::Range(0.0, 600.0))
+      ->capture_default_str();
   app.add_option("--metrics", o.metrics,
                  "Also read these hardware metrics (CUPTI/ncu names, e.g. "
                  "lts__t_sectors_srcunit_tex_op_read.sum) and print them")

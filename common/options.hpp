@@ -18,6 +18,7 @@ struct CommonOptions {
   std::string between_rounds;         // --between-rounds CMD: run after each round (the peers' turn)
   bool kernel_time = false;           // --kernel-time: also the GPU's own time of a call (CUPTI)
   bool no_counters = false;           // --no-counters: skip the hardware-counter pass
+  double sustain = 0.0;               // --sustain S: back-to-back calls for S seconds, with markers
   std::vector<std::string> metrics;   // --metrics a,b: extra counters to read and print
   bool no_gpu = false;                // --no-gpu: CPU parts only, even with a GPU present
   std::uint64_t seed = 0;             // --seed: inputs' seed (default: fresh, printed)

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -122,6 +123,31 @@ Timing time_gpu(const std::function<void()>& launch, const TimingOptions& option
   timing.min_ms = ms.front();
   timing.max_ms = ms.back();
   return timing;
+}
+
+Sustained time_sustained(const std::function<void()>& launch, double seconds, const std::function<void(bool)>& mark) {
+  using Clock = std::chrono::steady_clock;
+  auto run_for = [&](double s, long* calls) {  // batches of 10, synchronised (a gap of microseconds a batch)
+    const auto t0 = Clock::now();
+    do {
+      for (int i = 0; i < 10; ++i) launch();
+      CUDA_CHECK(cudaDeviceSynchronize());
+      if (calls) *calls += 10;
+    } while (std::chrono::duration<double>(Clock::now() - t0).count() < s);
+  };
+  run_for(0.25 * seconds, nullptr);
+  Sustained result;
+  Event start, stop;
+  mark(false);
+  CUDA_CHECK(cudaEventRecord(start.event));
+  run_for(seconds, &result.calls);
+  CUDA_CHECK(cudaEventRecord(stop.event));
+  CUDA_CHECK(cudaEventSynchronize(stop.event));
+  mark(true);
+  float elapsed = 0.0f;
+  CUDA_CHECK(cudaEventElapsedTime(&elapsed, start.event, stop.event));
+  result.ms = elapsed;
+  return result;
 }
 
 }  // namespace course

@@ -24,6 +24,17 @@ struct TimingOptions {
 // Times `launch`, which enqueues the work on the default stream.
 Timing time_gpu(const std::function<void()>& launch, const TimingOptions& options = {});
 
+// Back-to-back calls of `launch` for `seconds` of host time, after a warm-up of a quarter of that, with
+// no L2 flush between them (the same kernel over and over, as in a loop over a model's layers): the
+// steady state a GPU at its power cap settles into. `mark(false)` is called just before the first
+// timed call is enqueued and `mark(true)` just after the last has finished, so that a reader outside
+// (scripts/peers/energy.py, through NVML's energy counter) can take the GPU's energy between them.
+struct Sustained {
+  long calls = 0;
+  double ms = 0.0;  // by events, from the first call's start to the last's end
+};
+Sustained time_sustained(const std::function<void()>& launch, double seconds, const std::function<void(bool)>& mark);
+
 // Evicts the L2 by reading a buffer three times its size. Reading (not writing) leaves no dirty
 // lines behind whose write-back would be counted against the next kernel.
 void flush_l2();

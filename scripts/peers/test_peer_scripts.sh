@@ -169,5 +169,39 @@ assert [(r["stage"], r["round"]) for r in rows] == [("08_flash_v3", "1")] * 2 + 
 # No server there: refused at once. A server that does not answer: given up after the timeout.
 assert ours("tuned", s1, 1, where=tmp) == 2
 assert ours("tuned", s1, 1, timeout="1") == 124
-print("peer scripts: options, kernel time, CSV, rounds with a server: every case")
+
+# --- energy.py: our program's markers and the energy read between them; a failing program ----------
+import energy as en
+
+
+class FakeNvml:  # the counter moves 250 J between two reads
+    def __init__(self):
+        self.mj = 1000
+
+    def millijoules(self):
+        self.mj += 250000
+        return self.mj
+
+
+def fake_program(name, body):
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + body)
+    os.chmod(path, 0o755)
+    return path
+
+
+args = types.SimpleNamespace(variant="tuned", tokens=16384, seq=16384, heads=0, d=128, dtype="fp16", causal=False,
+                             seconds=1.0)
+args.program = fake_program("sustain.sh", "echo 'a table line'\necho '[sustain] start tuned | fp16 | x'\n"
+                            "echo '[sustain] end'\necho '[sustain] result calls=100 gpu_ms=350.0 ms_per_call=3.5'\n")
+assert en.ours(args, FakeNvml()) == (100, 350.0, 250.0)
+for body in ("echo broken >&2\nexit 3\n", "echo '[sustain] start tuned'\n"):  # fails; ends without its markers
+    args.program = fake_program("bad.sh", body)
+    try:
+        en.ours(args, FakeNvml())
+        raise AssertionError("a failing program was accepted")
+    except SystemExit as e:
+        assert "failed" in str(e), e
+print("peer scripts: options, kernel time, CSV, rounds with a server, energy's markers: every case")
 PY
