@@ -30,11 +30,12 @@ constexpr int kBr = 128, kBc = 128;
 // tensor cores (rungs 4 and 5). 0 is __syncthreads'.
 constexpr int kSched = 3;
 
-// The registers a consumer thread may have after setmaxnreg, with the producer's warpgroup at 24:
-// (65536 − 128 · 24) / (128 · kWG), rounded down to a multiple of 8 (240 for two, 160 for three).
-template <int kWG>
+// The registers a consumer thread may have after setmaxnreg, with the producer's warpgroup at
+// kProducer (24, or 32, which leaves the consumers the same): (65536 − 128 · kProducer) / (128 · kWG),
+// rounded down to a multiple of 8 (240 for two, 160 for three).
+template <int kWG, int kProducer = 24>
 constexpr int consumer_registers() {
-  return (65536 / 128 - 24) / kWG / 8 * 8;
+  return (65536 / 128 - kProducer) / kWG / 8 * 8;
 }
 
 // The shared memory of a rung: Q (Br × D), then kStages slots of K and V (Bc × D each), every tile

@@ -35,6 +35,8 @@
 //    becomes m − 8: P̃ in [0, 256], O = o/l unchanged (l sums the same scaled values), L less 8 ln 2.
 //
 // IO: stage 06's model with 1-byte Q, K and V (and Vᵀ's rows padded to 32 keys): O and L as before.
+#include <algorithm>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -52,6 +54,7 @@ namespace {
 // consumer_warpgroups). Key blocks of 128 at both (the scales' blocks, fp8.hpp's kScaleRows).
 constexpr int kBc = 128;
 constexpr int kSched = 3;  // named barriers kSched + c: warpgroup c's turn
+constexpr int kProducerRegs = 32;
 
 // Three consumer warpgroups at d = 64, as rung 6 of stage 08 has (FlashAttention-3 too, for FP8):
 // a warpgroup's softmax there takes longer than its two products (the products of a key block take
@@ -261,7 +264,10 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   __syncthreads();
 
   if (wg == 0) {  // ---- the producer ----
-    hopper::setmaxnreg_dec<24>();
+    // 32 registers, not rung 6's 24: the consumers' share is the same (240 for two warpgroups, 160 for
+    // three: 128·32 + 256·240 = 128·32 + 384·160 = 65536), and at 24 ptxas spilled the producer's
+    // tile count once the ones rows came in.
+    hopper::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       int it = 0;
       for (int n = 0, t = blockIdx.x;; ++n, t = atomicAdd(next_tile, 1) + gridDim.x) {
@@ -281,7 +287,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       }
     }
   } else {  // ---- the consumers ----
-    hopper::setmaxnreg_inc<fa3::consumer_registers<kWG>()>();
+    hopper::setmaxnreg_inc<fa3::consumer_registers<kWG, kProducerRegs>()>();
     const int cwg = wg - 1, cwarp = warp - 4;
     auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
     auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (cwg + 1) % kWG, 256); };
@@ -462,7 +468,7 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   auto run = [&](auto type, auto d) {
     using T = decltype(type);
     constexpr int D = decltype(d)::value, kStages = 4, kWG = consumer_warpgroups<D>();
-    constexpr size_t bytes = Smem<D, kStages, 64 * kWG, true>::kBytes;  // the larger of the two
+    constexpr size_t bytes = std::max(Smem<D, kStages, 64 * kWG, true>::kBytes, Smem<D, kStages, 64 * kWG, false>::kBytes);
     course::require(Br == 64 * kWG, "fp8: attention_tiles and the kernel's warpgroups disagree");
     course::require(row_sum_by_mma || poly_every == 0, "fp8: the polynomial runs with the row sum on the tensor cores only");
     const auto kernel = !row_sum_by_mma ? flash_v3_fp8<T, D, kStages, 0, false>
