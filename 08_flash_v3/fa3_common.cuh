@@ -31,8 +31,8 @@ constexpr int kBr = 128, kBc = 128;
 constexpr int kSched = 3;
 
 // The registers a consumer thread may have after setmaxnreg, with the producer's warpgroup at
-// kProducer (24, or 32, which leaves the consumers the same): (65536 − 128 · kProducer) / (128 · kWG),
-// rounded down to a multiple of 8 (240 for two, 160 for three).
+// kProducer (24; stage 09 at three warpgroups: 32, which leaves them the same): (65536 − 128 ·
+// kProducer) / (128 · kWG), rounded down to a multiple of 8 (240 for two, 160 for three).
 template <int kWG, int kProducer = 24>
 constexpr int consumer_registers() {
   return (65536 / 128 - kProducer) / kWG / 8 * 8;

@@ -54,7 +54,17 @@ namespace {
 // consumer_warpgroups). Key blocks of 128 at both (the scales' blocks, fp8.hpp's kScaleRows).
 constexpr int kBc = 128;
 constexpr int kSched = 3;  // named barriers kSched + c: warpgroup c's turn
-constexpr int kProducerRegs = 32;
+// The producer's registers after setmaxnreg. The block owns what it was launched with: 65536 / (128 ·
+// (kWG + 1)) a thread, rounded down to 8 (168 for two consumer warpgroups, 128 for three), and
+// setmaxnreg only moves registers within that pool: a consumer's increase waits until the producer
+// has given enough back. Three warpgroups: 32 + 3 · 160 = 4 · 128, so the producer can keep 32 (at
+// 24 ptxas spilled its tile count once the ones rows came in). Two: 24 + 2 · 240 = 3 · 168 exactly,
+// so 24 (32 left the consumers waiting forever: measured, a hang) and ptxas spills the producer's
+// tile count there, 8 bytes, once a tile.
+template <int kWG>
+constexpr int producer_registers() {
+  return kWG == 3 ? 32 : 24;
+}
 
 // Three consumer warpgroups at d = 64, as rung 6 of stage 08 has (FlashAttention-3 too, for FP8):
 // a warpgroup's softmax there takes longer than its two products (the products of a key block take
@@ -264,10 +274,11 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   __syncthreads();
 
   if (wg == 0) {  // ---- the producer ----
-    // 32 registers, not rung 6's 24: the consumers' share is the same (240 for two warpgroups, 160 for
-    // three: 128·32 + 256·240 = 128·32 + 384·160 = 65536), and at 24 ptxas spilled the producer's
-    // tile count once the ones rows came in.
-    hopper::setmaxnreg_dec<kProducerRegs>();
+    constexpr int kLaunch = 65536 / (128 * (kWG + 1)) / 8 * 8;
+    static_assert(producer_registers<kWG>() + kWG * fa3::consumer_registers<kWG, producer_registers<kWG>()>() <=
+                      (kWG + 1) * kLaunch,
+                  "setmaxnreg: the warpgroups' registers exceed what the block was launched with");
+    hopper::setmaxnreg_dec<producer_registers<kWG>()>();
     if (threadIdx.x == 0) {
       int it = 0;
       for (int n = 0, t = blockIdx.x;; ++n, t = atomicAdd(next_tile, 1) + gridDim.x) {
@@ -287,7 +298,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       }
     }
   } else {  // ---- the consumers ----
-    hopper::setmaxnreg_inc<fa3::consumer_registers<kWG, kProducerRegs>()>();
+    hopper::setmaxnreg_inc<fa3::consumer_registers<kWG, producer_registers<kWG>()>()>();
     const int cwg = wg - 1, cwarp = warp - 4;
     auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
     auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (cwg + 1) % kWG, 256); };
