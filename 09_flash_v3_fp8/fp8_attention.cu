@@ -178,10 +178,11 @@ __device__ void issue_qk(float (&S)[kBc / 8][4], const uint8_t* Qs, int wg, cons
 
 // o_j = P̃·V_j, a fresh accumulator (the first step does not add): Bc/32 wgmma's of 64 × NV × 32, P̃
 // from registers, Vᵀ's D rows of Bc = 128 key bytes from shared memory (K-major, the 128-byte
-// swizzle); NV = D + 8 when the 8 rows of ones follow (the row sums in o_j's last 8 columns). Not o += P̃·V_j as in stage 08: the FP8 tensor cores add into their accumulator with
-// fewer bits than fp32 (truncating what falls below them), so a long sum in one accumulator drifts
-// toward zero: measured −12 % on O at N = 16384 with inputs of mean 0.5. Each block's 128 keys are
-// summed on the tensor cores; the blocks are added in fp32 (promote), DeepSeek-V3's remedy.
+// swizzle); NV = D + 8 when the 8 rows of ones follow (the row sums in o_j's last 8 columns).
+// Not o += P̃·V_j as in stage 08: the FP8 tensor cores add into their accumulator with fewer bits
+// than fp32 (truncating what falls below them), so a long sum in one accumulator drifts toward zero:
+// measured −12 % on O at N = 16384 with inputs of mean 0.5. Each block's 128 keys are summed on the
+// tensor cores; the blocks are added in fp32 (promote), DeepSeek-V3's remedy.
 template <int NV>
 __device__ void issue_pv(float (&o)[NV / 8][4], const uint32_t (&P)[kBc / 32][4], const uint8_t* Vts) {
   const uint64_t v = hopper::make_desc(hopper::smem_u32(Vts), 0, 1024, 1);
@@ -479,7 +480,8 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   auto run = [&](auto type, auto d) {
     using T = decltype(type);
     constexpr int D = decltype(d)::value, kStages = 4, kWG = consumer_warpgroups<D>();
-    constexpr size_t bytes = std::max(Smem<D, kStages, 64 * kWG, true>::kBytes, Smem<D, kStages, 64 * kWG, false>::kBytes);
+    constexpr size_t bytes =  // the larger layout (the ones rows), for either kernel
+        std::max(Smem<D, kStages, 64 * kWG, true>::kBytes, Smem<D, kStages, 64 * kWG, false>::kBytes);
     course::require(Br == 64 * kWG, "fp8: attention_tiles and the kernel's warpgroups disagree");
     course::require(row_sum_by_mma || poly_every == 0, "fp8: the polynomial runs with the row sum on the tensor cores only");
     const auto kernel = !row_sum_by_mma ? flash_v3_fp8<T, D, kStages, 0, false>
