@@ -200,8 +200,10 @@ __device__ inline void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], ui
                : __VA_ARGS__, "l"(desc_b), "r"(int(accumulate)))
 template <int N>
 __device__ inline void wgmma_ss_e4m3(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  static_assert(N == 64 || N == 128, "wgmma_ss_e4m3: N = 64 or 128");
+  static_assert(N == 64 || N == 72 || N == 128 || N == 136, "wgmma_ss_e4m3: N = 64, 72, 128 or 136");
   if constexpr (N == 64) HOPPER_WGMMA_E4M3(64, HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "l"(desc_a));
+  else if constexpr (N == 72) HOPPER_WGMMA_E4M3(72, HOPPER_REGS36, HOPPER_ACC36(d), "%36", "%37", "%38", "l"(desc_a));
+  else if constexpr (N == 136) HOPPER_WGMMA_E4M3(136, HOPPER_REGS68, HOPPER_ACC68(d), "%68", "%69", "%70", "l"(desc_a));
   else HOPPER_WGMMA_E4M3(128, HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "l"(desc_a));
 }
 template <int N>
@@ -227,6 +229,17 @@ __device__ inline uint32_t pack_e4m3(float x0, float x1, float x2, float x3) {
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(x1), "f"(x0));
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(x3), "f"(x2));
   return uint32_t(lo) | uint32_t(hi) << 16;
+}
+
+// stmatrix (PTX ISA, "stmatrix"): the warp stores four 8 × 8 matrices of 16-bit values (8 rows of 16
+// bytes each) from registers to shared memory. Register j of lane (g = lane / 4, t = lane % 4) holds
+// row g, bytes 4t..4t+3 of matrix j: the layout of mma.sync's fragments, so an A fragment goes to
+// shared memory without moving between threads. Lane i gives the address of row i % 8 of matrix
+// i / 8 (any 16-byte aligned place: a swizzled tile's row). The bytes need not be 16-bit values.
+__device__ inline void stmatrix_x4(uint32_t smem_address, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 // --- mbarrier: a barrier in shared memory that counts arrivals and bytes --------------------------

@@ -30,6 +30,15 @@
 //    (of ~520 instructions) off the consumer warps' instruction stream, for 6 % more work on the
 //    tensor cores' P̃·V; and l now sums the e4m3 values of P̃ that P̃·V used (O = Σ P̃·V / Σ P̃ with the
 //    same P̃ above and below). kSumByMma = false: the sum by FADDs, as stage 08 (the ablation).
+//  - P̃ through shared memory at d = 128 (kPSmem): P̃ is stored by stmatrix into a tile of the
+//    warpgroup's (two, alternating by key block) and P̃·V reads it from there (an SS wgmma), so P̃'s 16
+//    registers are not held while P̃·V runs. Held (P̃ in registers, the A operand), they and o_j left
+//    ptxas no room for the row max without reusing P̃·V's registers, so it waited for P̃·V before the
+//    max: 10 % of the consumer warps' stall samples sat on that wait. Through shared memory the wait
+//    falls after the exponentials (0.05 % of the samples), and the time gain is small, +0–3 % (the
+//    warps were bound by their own instruction stream, not by the wait). At d = 64 the stores and
+//    their proxy fence share the MIO queue with the exponentials, which bound that kernel: 0.86×,
+//    so d = 64 keeps P̃ in registers. The ablations fp8_<scheme>_preg and _psmem force either way.
 //  - P̃ · 2^8. P̃ = 2^(x − m) is at most 1, and e4m3's normal range starts at 2^-6: the small
 //    weights of a long row would be subnormal (fewer bits) or 0. The exponent's subtraction of m
 //    becomes m − 8: P̃ in [0, 256], O = o/l unchanged (l sums the same scaled values), L less 8 ln 2.
@@ -86,24 +95,29 @@ struct Scales {
 // (D × Bc), O's staging (Br × D 16-bit values: written out by TMA stores), then the barriers and
 // the two tile numbers. Every tile is 1024-byte aligned (the swizzle's atom).
 // kOnes (the row sum by the tensor cores): each slot also holds 8 rows of Bc ones after Vᵀ's D rows.
-template <int D, int kStages, int kBr, bool kOnes>
+// kP (P̃ through shared memory): after O's staging, two tiles of 64 × Bc bytes a consumer warpgroup,
+// where its P̃ of alternate key blocks is written for P̃·V to read.
+template <int D, int kStages, int kBr, bool kOnes, bool kP>
 struct Smem {
   static constexpr int kQ = 0, kKV = kBr * D, kSlot = 2 * kBc * D + (kOnes ? 8 * kBc : 0);
   static constexpr int kO = kKV + kStages * kSlot;
-  static constexpr int kBar = kO + kBr * D * 2;
+  static constexpr int kPt = kO + kBr * D * 2;
+  static constexpr int kBar = kPt + (kP ? 2 * kBr * kBc : 0);
   static constexpr size_t kBytes = size_t(kBar) + 8 * (2 + 4 * kStages + 1) + 1024;
 };
 
 // Rung 6's pipeline (fa3_common.cuh's Pipeline, for one Q slot and its own staging) in bytes: the
 // same barriers, phases and protocol; Vᵀ's copy takes the key block's columns of D rows.
-template <int D, int kStages, int kBr, bool kOnes>
+template <int D, int kStages, int kBr, bool kOnes, bool kP>
 struct Pipeline {
-  using L = Smem<D, kStages, kBr, kOnes>;
+  using L = Smem<D, kStages, kBr, kOnes, kP>;
   uint8_t* smem;
   __device__ uint8_t* Q() const { return smem + L::kQ; }
   __device__ uint8_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
   __device__ uint8_t* Vt(int it) const { return K(it) + kBc * D; }
   __device__ uint16_t* O() const { return reinterpret_cast<uint16_t*>(smem + L::kO); }
+  // Consumer warpgroup c's P̃ tile for key blocks of parity `it & 1` (64 rows × Bc bytes).
+  __device__ uint8_t* P(int c, int it) const { return smem + L::kPt + (2 * c + (it & 1)) * 64 * kBc; }
   __device__ uint64_t* bar(int k) const { return reinterpret_cast<uint64_t*>(smem + L::kBar) + k; }
   __device__ uint64_t* q_full() const { return bar(0); }
   __device__ uint64_t* q_empty() const { return bar(1); }
@@ -167,10 +181,10 @@ struct Pipeline {
 // S = Q·K_jᵀ for warpgroup wg's 64 rows: D/32 wgmma's of 64 × Bc × 32, both operands K-major, rows
 // of D bytes in the D-byte swizzle (128 bytes: mode 1, SBO 1024; 64 bytes: mode 2, SBO 512).
 template <int D>
-__device__ void issue_qk(float (&S)[kBc / 8][4], const uint8_t* Qs, int wg, const uint8_t* Ks) {
+__device__ void issue_qk(float (&S)[kBc / 8][4], uint32_t Qs, int wg, uint32_t Ks) {
   constexpr uint32_t swizzle = D == 128 ? 1 : 2, sbo = 8 * D;
-  const uint64_t q = hopper::make_desc(hopper::smem_u32(Qs) + wg * 64 * D, 0, sbo, swizzle);
-  const uint64_t k = hopper::make_desc(hopper::smem_u32(Ks), 0, sbo, swizzle);
+  const uint64_t q = hopper::make_desc(Qs + wg * 64 * D, 0, sbo, swizzle);
+  const uint64_t k = hopper::make_desc(Ks, 0, sbo, swizzle);
 #pragma unroll
   for (int s = 0; s < D / 32; ++s)
     hopper::wgmma_ss_e4m3<kBc>(S, hopper::desc_advance(q, 32 * s), hopper::desc_advance(k, 32 * s), s > 0);
@@ -184,10 +198,19 @@ __device__ void issue_qk(float (&S)[kBc / 8][4], const uint8_t* Qs, int wg, cons
 // measured −12 % on O at N = 16384 with inputs of mean 0.5. Each block's 128 keys are summed on the
 // tensor cores; the blocks are added in fp32 (promote), DeepSeek-V3's remedy.
 template <int NV>
-__device__ void issue_pv(float (&o)[NV / 8][4], const uint32_t (&P)[kBc / 32][4], const uint8_t* Vts) {
-  const uint64_t v = hopper::make_desc(hopper::smem_u32(Vts), 0, 1024, 1);
+__device__ void issue_pv(float (&o)[NV / 8][4], const uint32_t (&P)[kBc / 32][4], uint32_t Vts) {
+  const uint64_t v = hopper::make_desc(Vts, 0, 1024, 1);
 #pragma unroll
   for (int s = 0; s < kBc / 32; ++s) hopper::wgmma_rs_e4m3<NV>(o, P[s], hopper::desc_advance(v, 32 * s), s > 0);
+}
+// The same with P̃ from shared memory (kPSmem): the warpgroup's 64 rows of Bc bytes (K-major, the
+// 128-byte swizzle, as Q at d = 128), written by store_p.
+template <int NV>
+__device__ void issue_pv(float (&o)[NV / 8][4], uint32_t Ps, uint32_t Vts) {
+  const uint64_t a = hopper::make_desc(Ps, 0, 1024, 1), v = hopper::make_desc(Vts, 0, 1024, 1);
+#pragma unroll
+  for (int s = 0; s < kBc / 32; ++s)
+    hopper::wgmma_ss_e4m3<NV>(o, hopper::desc_advance(a, 32 * s), hopper::desc_advance(v, 32 * s), s > 0);
 }
 // o = o · a + o_j, in fp32: the running sum rescaled (a: the rescale that o owed, and V's descale
 // step) and the block's sum added, one FFMA a value (stage 08's rescale was one FMUL). oj may have a
@@ -211,6 +234,17 @@ __device__ inline void pack_p(const float (&S)[kBc / 8][4], uint32_t (&P)[kBc / 
     P[s][2] = hopper::pack_e4m3(c[0], c[1], d[0], d[1]);  // row g,     keys 16 + the same
     P[s][3] = hopper::pack_e4m3(c[2], c[3], d[2], d[3]);  // row g + 8
   }
+}
+
+// P̃'s registers (pack_p) to the warpgroup's tile in shared memory: per 32-key step one stmatrix of
+// four 8 × 16-byte matrices (rows g and g + 8 of the warp, the step's two 16-byte halves), each lane
+// naming one row of one matrix in the swizzled tile. Then fence.proxy.async: the wgmma that reads
+// the tile is the async proxy, and it is issued after the warpgroup's next barrier (wait_turn).
+__device__ inline void store_p(const uint32_t (&P)[kBc / 32][4], uint32_t Ps, int warp_in_wg) {
+  const int lane = threadIdx.x % 32, r = lane % 8, row = 16 * warp_in_wg + r + 8 * ((lane / 8) % 2), half = lane / 16;
+#pragma unroll
+  for (int s = 0; s < kBc / 32; ++s) hopper::stmatrix_x4(Ps + row * kBc + (((2 * s + half) ^ r) << 4), P[s]);
+  hopper::fence_proxy_async();
 }
 
 // Rung 6's softmax_scores_tuned with the block's multiplier cj = scale·log₂e·sq·sk_j: m is in units
@@ -251,14 +285,15 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
   }
 }
 
-template <class T, int D, int kStages, int kPolyEvery, bool kSumByMma, int kWG = consumer_warpgroups<D>()>
+template <class T, int D, int kStages, int kPolyEvery, bool kSumByMma, bool kPSmem,
+          int kWG = consumer_warpgroups<D>()>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     flash_v3_fp8(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                  const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO, tc::Params p,
                  Scales sc, int heads, int* next_tile) {
   constexpr int NT = kBc / 8, DT = D / 8, kBr = 64 * kWG, NV = D + (kSumByMma ? 8 : 0);
   extern __shared__ uint8_t smem_raw[];
-  const Pipeline<D, kStages, kBr, kSumByMma> pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
+  const Pipeline<D, kStages, kBr, kSumByMma, kPSmem> pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
   const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
   // Causal tiles are laid from the last row back, as in rung 6 (a head's first tile may start before
@@ -305,6 +340,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (cwg + 1) % kWG, 256); };
     if (cwg == kWG - 1) pass_turn();
     const float c0 = p.scale * ptx::kLog2e;
+    auto at = [](const void* x) { return hopper::smem_u32(x); };  // shared-memory addresses for descriptors
 
     int it = 0;
     for (int n = 0;; ++n) {
@@ -350,7 +386,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       pipe.wait_k(it + b0);
       wait_turn();
       hopper::wgmma_fence();
-      issue_qk<D>(S[0], pipe.Q(), cwg, pipe.K(it + b0));
+      issue_qk<D>(S[0], at(pipe.Q()), cwg, at(pipe.K(it + b0)));
       hopper::wgmma_commit();
       pass_turn();
       hopper::wgmma_wait<0>();
@@ -376,8 +412,17 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       for (int d = 0; d < NV / 8; ++d)
 #pragma unroll
         for (int e = 0; e < 4; ++e) oj[0][d][e] = 0.0f;
+      // P̃·V of key block number k_ (P̃ from P, or kPSmem: from its tile), and P̃ of block k_ made.
+      auto issue_pv_of = [&](int k_) {
+        if constexpr (kPSmem) issue_pv<NV>(oj[0], at(pipe.P(cwg, k_)), at(pipe.Vt(k_)));
+        else issue_pv<NV>(oj[0], P, at(pipe.Vt(k_)));
+      };
+      auto make_p = [&](int k_) {
+        pack_p(S[0], P);
+        if constexpr (kPSmem) store_p(P, at(pipe.P(cwg, k_)), cwarp % 4);
+      };
       softmax_scores<kPolyEvery, !kSumByMma>(S[0], m, l, cq * k_scale(blocks - 1 - b0), alpha);
-      pack_p(S[0], P);
+      make_p(it + b0);
       // kSumByMma: l = l·(f·u) + the block's row sum, as soon as P̃·V is complete, so that the row
       // sums' registers are free again before the next turn (at the turn, S, o, oj and P̃ are all
       // held, the row sums' four more would make ptxas serialise the wgmma's: its warning C7511).
@@ -397,11 +442,11 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         pipe.wait_k(k);
         wait_turn();
         hopper::wgmma_fence();
-        issue_qk<D>(S[0], pipe.Q(), cwg, pipe.K(k));
+        issue_qk<D>(S[0], at(pipe.Q()), cwg, at(pipe.K(k)));
         hopper::wgmma_commit();
         promote_held();
-        pipe.wait_v(k - 1);
-        issue_pv<NV>(oj[0], P, pipe.Vt(k - 1));
+        pipe.wait_v(k - 1);  // here, not before the turn: checked there too, measured 0.86-0.89x at d = 128
+        issue_pv_of(k - 1);
         hopper::wgmma_commit();
         pass_turn();
         hopper::wgmma_wait<1>();
@@ -414,17 +459,20 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         if constexpr (kSumByMma) u_next = sv_j / sv;
         sv = sv_j;
         f_next[0] = alpha[0] * units, f_next[1] = alpha[1] * units;
+        // kPSmem: P̃ goes to the other tile while P̃·V reads this one, so nothing in the softmax
+        // needs P̃·V to be complete (nor its registers: P̃ no longer held through it).
+        if constexpr (kPSmem) make_p(k);
         hopper::wgmma_wait<0>();
         hopper::fence_registers(oj[0]);
         add_row_sum();
         pipe.release_v(k - 1);
-        pack_p(S[0], P);
+        if constexpr (!kPSmem) make_p(k);
       }
       const int k = it + blocks - 1;
       pipe.wait_v(k);
       wait_turn();
       promote_held();
-      issue_pv<NV>(oj[0], P, pipe.Vt(k));
+      issue_pv_of(k);
       hopper::wgmma_commit();
       pass_turn();
       hopper::wgmma_wait<0>();
@@ -449,6 +497,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
 
 int poly_every = 0;          // set_exp2_poly_every
 bool row_sum_by_mma = true;  // set_row_sum_by_mma
+POperand p_operand = POperand::by_d;  // set_p_operand
 
 }  // namespace
 
@@ -458,6 +507,8 @@ void set_exp2_poly_every(int k) {
 }
 
 void set_row_sum_by_mma(bool by_mma) { row_sum_by_mma = by_mma; }
+
+void set_p_operand(POperand where) { p_operand = where; }
 
 void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L) {
   require_supported(s);
@@ -480,14 +531,21 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   auto run = [&](auto type, auto d) {
     using T = decltype(type);
     constexpr int D = decltype(d)::value, kStages = 4, kWG = consumer_warpgroups<D>();
-    constexpr size_t bytes =  // the larger layout (the ones rows), for either kernel
-        std::max(Smem<D, kStages, 64 * kWG, true>::kBytes, Smem<D, kStages, 64 * kWG, false>::kBytes);
+    // P̃ through shared memory at d = 128 (by_d), or as an ablation names it.
+    constexpr bool kPByD = D == 128;
+    const bool p_smem = p_operand == POperand::shared || (p_operand == POperand::by_d && kPByD);
+    const size_t bytes = !row_sum_by_mma ? Smem<D, kStages, 64 * kWG, false, kPByD>::kBytes
+                         : p_smem        ? Smem<D, kStages, 64 * kWG, true, true>::kBytes
+                                         : Smem<D, kStages, 64 * kWG, true, false>::kBytes;
     course::require(Br == 64 * kWG, "fp8: attention_tiles and the kernel's warpgroups disagree");
     course::require(row_sum_by_mma || poly_every == 0, "fp8: the polynomial runs with the row sum on the tensor cores only");
-    const auto kernel = !row_sum_by_mma ? flash_v3_fp8<T, D, kStages, 0, false>
-                        : poly_every == 4 ? flash_v3_fp8<T, D, kStages, 4, true>
-                        : poly_every == 8 ? flash_v3_fp8<T, D, kStages, 8, true>
-                                          : flash_v3_fp8<T, D, kStages, 0, true>;
+    course::require(p_operand == POperand::by_d || (row_sum_by_mma && poly_every == 0),
+                    "fp8: P in registers or in shared memory at every d (the ablations) run with the default kernel only");
+    const auto kernel = !row_sum_by_mma ? flash_v3_fp8<T, D, kStages, 0, false, kPByD>
+                        : poly_every == 4 ? flash_v3_fp8<T, D, kStages, 4, true, kPByD>
+                        : poly_every == 8 ? flash_v3_fp8<T, D, kStages, 8, true, kPByD>
+                        : p_smem          ? flash_v3_fp8<T, D, kStages, 0, true, true>
+                                          : flash_v3_fp8<T, D, kStages, 0, true, false>;
     course::require_shared_memory(bytes, "fp8 at d = " + std::to_string(D));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     kernel<<<grid, 128 * (kWG + 1), bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile);

@@ -46,5 +46,11 @@ void set_exp2_poly_every(int k);
 // does (the kernel before that rung); true (the default): l from P̃·V's 8 extra columns of ones.
 // The polynomial (set_exp2_poly_every) runs with the default only.
 void set_row_sum_by_mma(bool by_mma);
+// Where P̃ goes as P̃·V's A operand. by_d (the default): through shared memory at d = 128 (stored by
+// stmatrix, read by the wgmma: P̃·V may then run under the whole softmax), in registers at d = 64,
+// where the stores measured slower. registers, shared: that at every d (the ablations fp8_*_preg and
+// fp8_*_psmem), with the default kernel only.
+enum class POperand { by_d, registers, shared };
+void set_p_operand(POperand where);
 
 }  // namespace attention::fp8

@@ -5,8 +5,10 @@
 // and largest error of O on N(0, 1) inputs and on its outlier inputs. docs/09_flash_v3_fp8.md explains.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -209,10 +211,12 @@ int main(int argc, char** argv) {
   return course::run_program("09_flash_v3_fp8", [&]() -> int {
     std::vector<std::string> variants = {std::string("08_") + kStage08Rung};
     for (const auto& n : scheme_names) variants.push_back("quant_" + n), variants.push_back("fp8_" + n);
-    // The ablation of the row sum on the tensor cores (fp8_<scheme>_fadd: l by FADDs, the kernel before
-    // that rung): run when named, not by default.
+    // The ablations (run when named, not by default): fp8_<scheme>_preg and _psmem, P̃ as P̃·V's A operand
+    // in registers or through shared memory at every d (the default: shared memory at d = 128 only);
+    // fp8_<scheme>_fadd, the row sum by FADDs (the kernel before the tensor cores summed it).
     std::vector<std::string> known = variants;
-    for (const Scheme& s : schemes()) known.push_back("fp8_" + s.name() + "_fadd");
+    for (const Scheme& s : schemes())
+      for (const char* ablation : {"_fadd", "_preg", "_psmem"}) known.push_back("fp8_" + s.name() + ablation);
     course::finish_common_options(options, known);
     require_supported(base);
     std::vector<Dtype> dtypes;
@@ -258,7 +262,11 @@ int main(int argc, char** argv) {
 #endif
         for (const std::string& name : runs) {
           const bool fp8_row = name.rfind("fp8_", 0) == 0;
-          const bool fadd = fp8_row && name.size() > 5 && name.compare(name.size() - 5, 5, "_fadd") == 0;
+          auto ends = [&](const char* tail) {
+            const size_t n = std::strlen(tail);
+            return fp8_row && name.size() > n && name.compare(name.size() - n, n, tail) == 0;
+          };
+          const bool fadd = ends("_fadd"), preg = ends("_preg"), psmem = ends("_psmem");
           course::Row row = bench.row(fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name,
                                       s.text() + " Br=" + std::to_string(attention_tiles(s).Br) + " Bc=128");
           row.dtype = course::name(t);
@@ -287,7 +295,7 @@ int main(int argc, char** argv) {
             continue;
           }
           const bool quant = name.rfind("quant_", 0) == 0;
-          const Scheme scheme = scheme_named(name.substr(quant ? 6 : 4, name.size() - (quant ? 6 : 4) - (fadd ? 5 : 0)));
+          const Scheme scheme = scheme_named(name.substr(quant ? 6 : 4, name.size() - (quant ? 6 : 4) - (fadd || preg ? 5 : psmem ? 6 : 0)));
           if (!quantized.count(scheme.name())) {
             bench.progress(problem, scheme.name() + ": the CPU's quantisation");
             quantized.emplace(scheme.name(), quantize_inputs(s, in.Q, in.K, in.V, scheme, options.seed));
@@ -297,12 +305,13 @@ int main(int argc, char** argv) {
           else row.flops = s.flops(), row.io_model_bytes = attention_model_bytes(s);
 #if COURSE_HAS_HOPPER
           if (bench.use_gpu()) {
-            if (fadd && poly_every > 0) {
-              notes.push_back(name + ": not run (--exp2-poly-every runs with the row sum on the tensor cores only)");
+            if ((fadd || preg || psmem) && poly_every > 0) {
+              notes.push_back(name + ": not run (--exp2-poly-every runs with the default kernel only)");
               bench.add(row);
               continue;
             }
             fp8::set_row_sum_by_mma(!fadd);
+            fp8::set_p_operand(preg ? fp8::POperand::registers : psmem ? fp8::POperand::shared : fp8::POperand::by_d);
             try {
               course::require_fits(0.0, flash_v2_device_bytes(s, t) + Fp8Buffers::bytes(s), name + " " + s.text());
             } catch (const course::ResourceError& e) {
@@ -349,12 +358,20 @@ int main(int argc, char** argv) {
                   "fp8_*: the FP8 attention on the quantised inputs; max rel err: O against float64 on the 16-bit "
                   "inputs, held to twice plain FP8's error (and L likewise); counted IO: n/a (no CPU count for FP8)",
                   "model: bytes between the SMs and L2 (1-byte Q, K, V; O in the dtype; L)"});
-    for (const std::string& name : runs)
-      if (name.size() > 5 && name.compare(name.size() - 5, 5, "_fadd") == 0) {
-        notes.push_back("fp8_*_fadd: the ablation: the softmax's row sums by FADDs (the kernel before they were "
-                        "summed on the tensor cores, with P*V)");
-        break;
-      }
+    auto named = [&](const std::string& tail) {
+      return std::any_of(runs.begin(), runs.end(), [&](const std::string& n) {
+        return n.size() > tail.size() && n.compare(n.size() - tail.size(), tail.size(), tail) == 0;
+      });
+    };
+    if (named("_fadd"))
+      notes.push_back("fp8_*_fadd: the ablation: the softmax's row sums by FADDs (the kernel before they were "
+                      "summed on the tensor cores, with P*V)");
+    if (named("_preg"))
+      notes.push_back("fp8_*_preg: the ablation: P~ held in registers as P*V's A operand at every d (the kernel "
+                      "before P~ went through shared memory at d = 128)");
+    if (named("_psmem"))
+      notes.push_back("fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
+                      "only)");
     char title[256];
     std::snprintf(title, sizeof title, "09_flash_v3_fp8 on %s, %s, seed %llu", course::device_label().c_str(),
                   outliers >= 0 ? "inputs N(0,1) with outliers" : "Q, K, V uniform in [-1, 2)",

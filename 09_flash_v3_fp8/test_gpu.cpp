@@ -156,6 +156,26 @@ TEST_CASE("the ablation fp8_*_fadd: the row sum by FADDs (the kernel before the 
       }
 }
 
+TEST_CASE("the ablations fp8_*_preg and fp8_*_psmem: P in registers or through shared memory at every d keep the bound") {
+  struct Where {
+    explicit Where(fp8::POperand w) { fp8::set_p_operand(w); }
+    ~Where() { fp8::set_p_operand(fp8::POperand::by_d); }
+  };
+  for (const fp8::POperand where : {fp8::POperand::registers, fp8::POperand::shared}) {
+    const Where at(where);
+    CAPTURE(where == fp8::POperand::shared ? "P through shared memory" : "P in registers");
+    for (int d : {64, 128})
+      for (bool causal : {false, true})
+        for (int N : {129, 1000}) {
+          const Shape s{1, 2, N, d, causal};
+          const std::uint64_t seed = course::fresh_seed();
+          CAPTURE(s.text());
+          CAPTURE(seed);
+          for (const Scheme& scheme : schemes()) check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), scheme, seed);
+        }
+  }
+}
+
 TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes and empty shapes refused") {
   const Shape s{1, 1, 200, 64, false};
   Inputs in = make_inputs(s, Dtype::fp16, course::fresh_seed());
