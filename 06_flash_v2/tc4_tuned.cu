@@ -100,10 +100,16 @@ __global__ void __launch_bounds__(128, 2) flash_v2_tuned(Params p) {
   }
   swap_l(false);
   // Qs as the staging area: each warp only ever read its own 32 rows of it.
-  write_output<T, D, MT>(o, m, l, Qs + 32 * warp * D, p, head, warp_row0);
+  write_output<T, D, MT, true>(o, m, l, Qs + 32 * warp * D, p, head, warp_row0);
 }
 
 }  // namespace tc
+
+namespace {
+float* unrounded_output = nullptr;  // set_unrounded_output
+}  // namespace
+
+void set_unrounded_output(float* O32) { unrounded_output = O32; }
 
 template <int kLazyLog2>
 void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
@@ -115,7 +121,9 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
     course::require_shared_memory(bytes, std::string(name) + " at d = " + std::to_string(C::D));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     const dim3 grid((s.N + 127) / 128, s.heads());
-    kernel<<<grid, 128, bytes>>>(tc::params(Q, K, V, O, L, s.N, s.causal, C::D));
+    tc::Params p = tc::params(Q, K, V, O, L, s.N, s.causal, C::D);
+    p.O32 = unrounded_output;
+    kernel<<<grid, 128, bytes>>>(p);
     CUDA_CHECK_LAUNCH();
   });
 }

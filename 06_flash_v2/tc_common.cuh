@@ -38,6 +38,9 @@ struct Params {
   bool causal;
   float scale;  // 1/√d
   int Nk;       // keys at or past Nk are hidden: N, except in stage 10, whose chunks end in padding rows
+  // Not null: write_output also writes O before its rounding, in fp32 (stage 07's D from the
+  // unrounded O; set_unrounded_output).
+  float* O32 = nullptr;
 };
 
 __device__ inline int lane_id() { return threadIdx.x % 32; }
@@ -357,7 +360,8 @@ __device__ void online_softmax_lazy(float (&S)[MT][NT][4], float (&o)[MT][DT][4]
 // each row whole 32-byte sectors: written straight from the fragments, a store would cover half a
 // sector per row and the sector would cross to L2 twice. Rows past N are not written, nor rows
 // before 0 (stage 08's causal blocks laid from the end: algorithm.hpp, Tiles::from_end).
-template <class T, int D, int MT>
+// kO32 (rungs tuned and lazy_rescale): also O before its rounding, to p.O32 when it is set.
+template <class T, int D, int MT, bool kO32 = false>
 __device__ void write_output(const float (&o)[MT][D / 8][4], const float (&m)[MT][2], float (&l)[MT][2],
                              uint16_t* stage, const Params& p, size_t head, int row0) {
   const int lane = lane_id(), g = lane / 4, t = lane % 4;
@@ -376,6 +380,11 @@ __device__ void write_output(const float (&o)[MT][D / 8][4], const float (&m)[MT
       for (int d = 0; d < D / 8; ++d)
         *reinterpret_cast<uint32_t*>(stage + ptx::swizzle<D>(r, d) + 2 * t) =
             ptx::pack<T>(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
+      if (kO32 && p.O32 && unsigned(row0 + r) < unsigned(p.N))  // a quad's 8 floats: one 32-byte sector
+#pragma unroll
+        for (int d = 0; d < D / 8; ++d)
+          __stcg(reinterpret_cast<float2*>(p.O32 + head + size_t(row0 + r) * D + 8 * d + 2 * t),
+                 make_float2(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv));
       // head = (index of the head) · N · D, so head / D is where the head's N values of L start.
       if (t == 0 && unsigned(row0 + r) < unsigned(p.N)) p.L[head / D + row0 + r] = p.scale * m[mt][h] + logf(l[mt][h]);
     }

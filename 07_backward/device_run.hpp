@@ -33,6 +33,7 @@ struct BackwardDeviceRun {
   course::DeviceBuffer<float> L, D, dQacc;
   course::DeviceBuffer<std::uint16_t> P, dS;  // standard attention, 16-bit
   course::DeviceBuffer<float> work, T;         // standard attention, fp32 (kernels.cuh)
+  course::DeviceBuffer<float> O32;             // use_unrounded_o: O before its rounding, fp32
   bool standard;
   std::size_t n = 0, rows = 0, tail = 0;  // elements of a tensor, rows of L and D, garbage past each
 
@@ -98,24 +99,34 @@ struct BackwardDeviceRun {
     check32("dQ", dQf, n), check32("dK", dKf, n), check32("dV", dVf, n);
     check16("Q", Qh, n), check16("K", Kh, n), check16("V", Vh, n), check16("dO", dOh, n), check16("O", Oh, n);
     check16("dQ", dQh, n), check16("dK", dKh, n), check16("dV", dVh, n);
-    check32("L", L, rows), check32("D", D, rows), check32("dQacc", dQacc, n);
+    check32("L", L, rows), check32("D", D, rows), check32("dQacc", dQacc, n), check32("O32", O32, n);
     return which.empty();
   }
   bool fp32() const { return t == course::Dtype::fp32; }
+  // Chapter 07's "precision of D": the forward also writes O before its rounding (fp32), and D is
+  // taken from that. FlashAttention's 16-bit runs only (fp32 has no rounding to undo; standard
+  // attention has its own forward): elsewhere a no-op.
+  void use_unrounded_o() {
+    if (!fp32() && !standard) O32 = output<float>(n);
+  }
   // O and L: stage 06's forward (flash_v2 in fp32, tuned on the tensor cores); standard
   // attention: O and P, by its own forward.
   void forward(const Shape& s) {
     if (standard) return launch_standard_forward(s, t, args(), fp32() ? static_cast<void*>(Of.get()) : Oh.get());
     const std::string name = fp32() ? "flash_v2" : "tuned";  // named: no reference to a temporary
     const V2Variant& v = v2_variant(name);
+    if (O32.size()) set_unrounded_output(O32.get());
     v.launch(s, t, args().Q, args().K, args().V, fp32() ? static_cast<void*>(Of.get()) : Oh.get(), L.get());
+    set_unrounded_output(nullptr);
   }
   BackwardArgs args() {
     if (fp32())
       return {Qf.get(), Kf.get(), Vf.get(), Of.get(), dOf.get(), L.get(), D.get(), dQacc.get(), dQf.get(), dKf.get(), dVf.get(),
               nullptr, nullptr, work.get(), T.get()};
-    return {Qh.get(), Kh.get(), Vh.get(), Oh.get(), dOh.get(), L.get(), D.get(), dQacc.get(), dQh.get(), dKh.get(), dVh.get(),
-            P.get(), dS.get()};
+    BackwardArgs a{Qh.get(), Kh.get(), Vh.get(), Oh.get(), dOh.get(), L.get(), D.get(), dQacc.get(), dQh.get(), dKh.get(),
+                   dVh.get(), P.get(), dS.get()};
+    a.O32 = O32.size() ? O32.get() : nullptr;
+    return a;
   }
   // Standard attention's N² buffers poisoned (NaN in fp16 and bf16): an element of S or dP that
   // cuBLAS did not write turns its row of P or dS, and so the gradients, into NaN.

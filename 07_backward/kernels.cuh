@@ -24,6 +24,9 @@ struct BackwardArgs {
   // The key-outer passes on the tensor cores (tc, tuned, wide, split): keys at or past Nk are
   // hidden, as keys past N are; 0: Nk = N. Stage 10's chunks of keys end in padding rows.
   int Nk = 0;
+  // Not null: D is taken from this O before its rounding (fp32, written by the forward beside O)
+  // instead of from O: chapter 07's "precision of D".
+  const float* O32 = nullptr;
 };
 
 // D = rowsum(dO ∘ O), one float a row; and dQacc = 0 when dQacc is not null (preprocess.cu).

@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
   std::vector<int> seq = {256, 1000};
   std::vector<std::string> dtype_names = {"fp32", "fp16", "bf16"};
   float q_scale = 1.0f;
+  bool keys_almost_equal = false, unrounded_o = false;
   double count_limit = double(1 << 28);
   int tokens = 0, check_heads = 3;
   std::string dump_dir;
@@ -136,6 +137,12 @@ int main(int argc, char** argv) {
                  "Heads the float64 reference computes when B*H*N > 16384 (first, middle, last)")
       ->check(CLI::Range(1, 3))
       ->capture_default_str();
+  app.add_flag("--keys-almost-equal", keys_almost_equal,
+               "Chapter 07's input for the precision of D: K_j = k0 + delta_j (k0 the head's first key, delta "
+               "uniform in +-0.1), every attention row nearly uniform");
+  app.add_flag("--unrounded-o", unrounded_o,
+               "D from O before its rounding to the dtype (the forward also writes O in fp32; fp16 and bf16, "
+               "FlashAttention's variants; rows named <variant>_unrounded_o): chapter 07's precision of D");
   app.add_option("--dump", dump_dir,
                  "Write the inputs and every GPU variant's gradients to this (existing) directory as raw "
                  "float32, for scripts/peers/check_backward.py (one N and one dtype)");
@@ -155,6 +162,10 @@ int main(int argc, char** argv) {
         dtypes_to_run(takes_of(bwd_variants()), options.variants, wanted, app.count("--dtype") > 0, base.d);
     course::Bench bench("07_backward", options);
     std::vector<std::string> notes;
+    if (unrounded_o)
+      notes.push_back("*_unrounded_o: D from O before its rounding (the forward also writes O in fp32, 4 bytes a value; "
+                      "the preprocess reads those instead of O's 2); on the GPU only: the CPU columns (model, counted, "
+                      "and the error of a CPU-only run) are those of D from the rounded O");
 
     for (int N : seq) {
       Shape s = base;
@@ -181,7 +192,8 @@ int main(int argc, char** argv) {
         }
         const bool checked = count || bench.use_gpu();
         bench.progress(problem, checked ? "inputs and the float64 reference" : "inputs (nothing to check: no reference)");
-        const BackwardInputs in = make_backward_inputs(s, t, options.seed, q_scale);
+        BackwardInputs in = make_backward_inputs(s, t, options.seed, q_scale);
+        if (keys_almost_equal) make_keys_almost_equal(s, t, in.fwd);
         std::optional<BackwardReference> ref;
         if (checked) ref.emplace(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data(), check_heads);
         const std::map<std::string, Counted> counted =
@@ -195,7 +207,9 @@ int main(int argc, char** argv) {
         for (const BwdVariant* v : runs) {
           const BackwardPlan& plan = v->plan;
           std::string blocks = v->standard ? "" : " Br=" + std::to_string(plan.kv.Br) + " Bc=" + std::to_string(plan.kv.Bc);
-          course::Row row = bench.row(v->name + (with_forward ? "_fwdbwd" : ""), s.text() + blocks);
+          const bool from_unrounded = unrounded_o && !v->standard && t != Dtype::fp32;
+          course::Row row = bench.row(v->name + (from_unrounded ? "_unrounded_o" : "") + (with_forward ? "_fwdbwd" : ""),
+                                      s.text() + blocks);
           row.dtype = course::name(t);
           row.size = N;
           row.flops = backward_flops(s) + (with_forward ? s.flops() : 0.0);
@@ -220,6 +234,7 @@ int main(int argc, char** argv) {
             }
             course::reset_device_peak();
             BackwardDeviceRun dev(s, t, in, *v);
+            if (unrounded_o) dev.use_unrounded_o();
             dev.forward(s);
             dev.poison();
             bench.measure_gpu(row, [&] {
@@ -227,9 +242,10 @@ int main(int argc, char** argv) {
               v->launch(s, t, dev.args());
             }, [&] {
               if (!dump_dir.empty()) {
-                dump.write(v->name + ".dQ.bin", dev.dQ()), dump.write(v->name + ".dK.bin", dev.dK());
-                dump.write(v->name + ".dV.bin", dev.dV());
-                dump.variants.push_back(v->name);
+                const std::string name = v->name + (from_unrounded ? "_unrounded_o" : "");
+                dump.write(name + ".dQ.bin", dev.dQ()), dump.write(name + ".dK.bin", dev.dK());
+                dump.write(name + ".dV.bin", dev.dV());
+                dump.variants.push_back(name);
               }
               const std::size_t head = std::size_t(N) * s.d;
               const auto dQ = dev.heads(0, ref->heads(), head), dK = dev.heads(1, ref->heads(), head),
@@ -257,8 +273,9 @@ int main(int argc, char** argv) {
                       "standard attention, which computes the whole square)"});
     char title[256];
     std::snprintf(title, sizeof title,
-                  "07_backward on %s, Q, K, V, dO uniform in [-1, 2) (Q times %g), seed %llu (repeat with --seed %llu)",
-                  course::device_label().c_str(), double(q_scale), static_cast<unsigned long long>(options.seed),
+                  "07_backward on %s, Q, K, V, dO uniform in [-1, 2) (Q times %g%s), seed %llu (repeat with --seed %llu)",
+                  course::device_label().c_str(), double(q_scale), keys_almost_equal ? "; keys almost equal" : "",
+                  static_cast<unsigned long long>(options.seed),
                   static_cast<unsigned long long>(options.seed));
     return bench.finish(title, notes);
   });

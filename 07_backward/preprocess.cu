@@ -4,6 +4,8 @@
 // dS_ij = P_ij·(dP_ij − D_i) needs. It equals rowsum(P ∘ dP) (docs/07_backward.md), but costs one
 // pass over O and dO instead of one over N² values. The atomic variants also zero dQacc here.
 // IO: O and dO read once, D written once (and dQacc written once): 2·e·N·d + 4·N (+ 4·N·d).
+// With BackwardArgs::O32 (chapter 07's "precision of D"), O is read in fp32, before its rounding:
+// 4·N·d instead of e·N·d.
 //
 // convert: dQ = scale·dQacc in the dtype. IO: 4·N·d read, e·N·d written.
 #include <cuda_bf16.h>
@@ -61,8 +63,9 @@ struct Chunk<__nv_bfloat16> : Chunk16<__nv_bfloat16> {};
 
 // One block: kPreprocessRows rows. Thread f % C takes chunk c of row f / C (C chunks a row, 8 to
 // 32: a row's chunks are neighbouring lanes of one warp, summed with shuffles).
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads) backward_preprocess(const T* __restrict__ O, const T* __restrict__ dO,
+// TO: O's type, T's or float (O before its rounding: C::n floats in C::n / 4 loads).
+template <class TO, class T, int D>
+__global__ void __launch_bounds__(kThreads) backward_preprocess(const TO* __restrict__ O, const T* __restrict__ dO,
                                                                 float* __restrict__ Dv, float* __restrict__ dQacc, int N) {
   using C = Chunk<T>;
   constexpr int kChunks = D / C::n, kRows = kPreprocessRows;
@@ -76,7 +79,10 @@ __global__ void __launch_bounds__(kThreads) backward_preprocess(const T* __restr
     if (r < rows) {
       float o[C::n], g[C::n];
       const size_t at = head + size_t(row0 + r) * D + c * C::n;
-      C::load(O + at, o);
+      if constexpr (std::is_same_v<TO, T>) C::load(O + at, o);
+      else
+#pragma unroll
+        for (int k = 0; k < C::n; k += 4) Chunk<float>::load(O + at + k, o + k);
       C::load(dO + at, g);
 #pragma unroll
       for (int k = 0; k < C::n; ++k) sum = fmaf(o[k], g[k], sum);
@@ -137,7 +143,14 @@ void launch_backward_preprocess(const Shape& s, course::Dtype t, const BackwardA
   dispatch(s, t, [&](auto zero, auto d) {
     using T = decltype(zero);
     const dim3 grid((s.N + kPreprocessRows - 1) / kPreprocessRows, s.heads());
-    backward_preprocess<T, decltype(d)::value><<<grid, kThreads>>>(
+    if constexpr (!std::is_same_v<T, float>)
+      if (a.O32) {
+        backward_preprocess<float, T, decltype(d)::value>
+            <<<grid, kThreads>>>(a.O32, static_cast<const T*>(a.dO), a.D, a.dQacc, s.N);
+        CUDA_CHECK_LAUNCH();
+        return;
+      }
+    backward_preprocess<T, T, decltype(d)::value><<<grid, kThreads>>>(
         static_cast<const T*>(a.O), static_cast<const T*>(a.dO), a.D, a.dQacc, s.N);
     CUDA_CHECK_LAUNCH();
   });

@@ -29,4 +29,17 @@ inline BackwardInputs make_backward_inputs(const Shape& s, course::Dtype t, std:
   return in;
 }
 
+// Chapter 07's "keys almost equal" (the precision of D): K_j = k̄ + δ_j, k̄ the head's first key and
+// δ uniform in ±0.1 (stream seed + 7), rounded to the dtype. Every attention row is then nearly
+// uniform and the true dQ small, while D's error reaches dQ undiminished.
+inline void make_keys_almost_equal(const Shape& s, course::Dtype t, Inputs& in) {
+  const auto delta = course::random_uniform(s.elements(), in.seed + 7, -0.1f, 0.1f);
+  const std::vector<float> K = in.K;
+  for (std::size_t x = 0; x < s.elements(); ++x) {
+    const std::size_t first = x / (std::size_t(s.N) * s.d) * s.N * s.d + x % s.d;
+    in.K[x] = K[first] + delta[x];
+  }
+  in.Kh = course::round_in_place(t, in.K);
+}
+
 }  // namespace attention

@@ -305,13 +305,7 @@ TEST_CASE("the precision of D: with keys almost equal, D from the rounded O make
     const std::uint64_t seed = course::fresh_seed();
     BackwardInputs inputs[3] = {make_backward_inputs(s, t, seed, 1.0f, -1.0f, 1.0f), make_backward_inputs(s, t, seed),
                                 make_backward_inputs(s, t, seed)};
-    const auto delta = course::random_uniform(s.elements(), seed + 7, -0.1f, 0.1f);
-    std::vector<float>& K = inputs[2].fwd.K;
-    for (std::size_t x = 0; x < s.elements(); ++x) {  // k̄: the head's first key
-      const std::size_t first = x / (std::size_t(s.N) * s.d) * s.N * s.d + x % s.d;
-      K[x] = inputs[1].fwd.K[first] + delta[x];
-    }
-    inputs[2].fwd.Kh = course::round_in_place(t, K);
+    make_keys_almost_equal(s, t, inputs[2].fwd);
     const std::string dtype = course::name(t);
     CAPTURE(dtype);
     CAPTURE(seed);

@@ -148,6 +148,40 @@ TEST_CASE("the deterministic variants give the same bits twice") {
   }
 }
 
+// Chapter 07's "precision of D" on the GPU: with keys almost equal, D taken from O before its
+// rounding (the forward writes it in fp32 too: use_unrounded_o) cuts dQ's error several times. The
+// CPU twin of these kernels (test_cpu.cpp) saw 6.7-10.5x over seeds at this shape; held to > 3.
+TEST_CASE("the precision of D on the GPU: D from the unrounded O cuts dQ's error with keys almost equal") {
+  const Shape s{1, 2, 1024, 64, false};
+  for (Dtype t : {Dtype::fp16, Dtype::bf16})
+    for (const std::string name : {"tuned", "wide_deterministic"}) {
+      const std::string dtype = course::name(t);
+      CAPTURE(dtype);
+      CAPTURE(name);
+      const BwdVariant& v = bwd_variant(name);  // name is a std::string: no reference to a temporary
+      BackwardInputs in = make_backward_inputs(s, t, course::fresh_seed());
+      make_keys_almost_equal(s, t, in.fwd);
+      CAPTURE(in.fwd.seed);
+      const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+      double err[2];  // [0]: D from the rounded O, [1]: from the unrounded O
+      for (int unrounded = 0; unrounded < 2; ++unrounded) {
+        BackwardDeviceRun dev(s, t, in, v, 64);
+        if (unrounded) dev.use_unrounded_o();
+        dev.forward(s);
+        dev.poison();
+        v.launch(s, t, dev.args());
+        err[unrounded] = ref.check(0, dev.dQ().data()).max_rel_err;
+        check_gradients(ref, dev.dQ().data(), dev.dK().data(), dev.dV().data());
+        std::string changed;
+        INFO("written past the end of: " << changed);
+        CHECK(dev.tail_untouched(changed));
+      }
+      MESSAGE(dtype << " " << name << ", keys almost equal: dQ's error with D from the rounded O " << err[0]
+                    << ", from the unrounded O " << err[1] << " (" << err[0] / err[1] << "x)");
+      CHECK(err[0] > 3.0 * err[1]);
+    }
+}
+
 TEST_CASE("bad input: dtypes and head dimensions a kernel does not take, empty shapes, no dQacc") {
   course::DeviceBuffer<float> b(1024);
   float* p = b.get();
