@@ -22,11 +22,11 @@ inline Inputs random_inputs(const Shape& s, float lo = -1.0f, float hi = 2.0f) {
           course::random_uniform(s.elements(), seed + 2, lo, hi)};
 }
 
-// Scores all very negative, for d ≥ 27 below −103.3 whatever the seed (exp of any of them is 0 in
-// float, so a softmax without the max subtracted divides 0 by 0): Q points against K. Every
+// Scores all very negative, for d ≥ 28 below −103.97 whatever the seed (float exp of any of them is
+// 0, not even a subnormal, so a softmax without the max subtracted divides 0 by 0): Q points against K. Every
 // product q·k is at most −40 · 0.5 = −20, so a score (the sum over d, times 1/√d) is at most −20·√d:
 // −160 at d = 64. (Q in −16·[0.5, 1.5) put the scores near −128 with a spread of 6.7, and about one
-// run in 75 had a score above −103.3 in row 0, which the test asserts against: it failed that often.)
+// run in 75 had a score above −103.97 in row 0, which the test asserts against: it failed that often.)
 inline Inputs very_negative_scores(const Shape& s) {
   Inputs in = random_inputs(s, 0.5f, 1.5f);
   for (float& q : in.Q) q = -(32.0f + 16.0f * q);

@@ -115,9 +115,11 @@ struct BackwardDeviceRun {
     if (standard) return launch_standard_forward(s, t, args(), fp32() ? static_cast<void*>(Of.get()) : Oh.get());
     const std::string name = fp32() ? "flash_v2" : "tuned";  // named: no reference to a temporary
     const V2Variant& v = v2_variant(name);
-    if (O32.size()) set_unrounded_output(O32.get());
+    struct Unrounded {  // set for this launch only, also when it throws (O32 is freed with this run)
+      explicit Unrounded(float* o) { set_unrounded_output(o); }
+      ~Unrounded() { set_unrounded_output(nullptr); }
+    } unrounded(O32.size() ? O32.get() : nullptr);
     v.launch(s, t, args().Q, args().K, args().V, fp32() ? static_cast<void*>(Of.get()) : Oh.get(), L.get());
-    set_unrounded_output(nullptr);
   }
   BackwardArgs args() {
     if (fp32())

@@ -223,7 +223,8 @@ int main(int argc, char** argv) {
 #if COURSE_HAS_CUDA
           if (bench.use_gpu()) {
             const double device = v->standard ? standard_backward_device_bytes(s, t)
-                                              : flash_backward_device_bytes(s, t, plan.deterministic);
+                                              : flash_backward_device_bytes(s, t, plan.deterministic) +
+                                                    (from_unrounded ? 4.0 * double(s.elements()) : 0.0);  // O32
             try {
               course::require_fits(0.0, device, v->name + " " + s.text());
             } catch (const course::ResourceError& e) {

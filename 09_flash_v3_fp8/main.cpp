@@ -364,8 +364,8 @@ int main(int argc, char** argv) {
       });
     };
     if (named("_fadd"))
-      notes.push_back("fp8_*_fadd: the ablation: the softmax's row sums by FADDs (the kernel before they were "
-                      "summed on the tensor cores, with P*V)");
+      notes.push_back("fp8_*_fadd: the ablation: the softmax's row sums by FADDs instead of on the tensor cores with P*V "
+                      "(otherwise the default kernel, P~ through shared memory at d = 128 included)");
     if (named("_preg"))
       notes.push_back("fp8_*_preg: the ablation: P~ held in registers as P*V's A operand at every d (the kernel "
                       "before P~ went through shared memory at d = 128)");
