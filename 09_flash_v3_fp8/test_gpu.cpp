@@ -76,6 +76,19 @@ void check(const Shape& s, Dtype t, const Inputs& in, Scheme scheme, std::uint64
   CHECK(L.ok());
 }
 
+// An ablation's kernel at both d, causal or not, ragged N, every scheme: held to the same bound.
+void check_ablation() {
+  for (int d : {64, 128})
+    for (bool causal : {false, true})
+      for (int N : {129, 1000}) {
+        const Shape s{1, 2, N, d, causal};
+        const std::uint64_t seed = course::fresh_seed();
+        CAPTURE(s.text());
+        CAPTURE(seed);
+        for (const Scheme& scheme : schemes()) check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), scheme, seed);
+      }
+}
+
 }  // namespace
 
 TEST_CASE("every scheme: the CPU's bytes and scales, and O and L within twice plain FP8's error of float64") {
@@ -145,15 +158,7 @@ TEST_CASE("the ablation fp8_*_fadd: the row sum by FADDs (the kernel before the 
     Fadd() { fp8::set_row_sum_by_mma(false); }
     ~Fadd() { fp8::set_row_sum_by_mma(true); }
   } fadd;
-  for (int d : {64, 128})
-    for (bool causal : {false, true})
-      for (int N : {129, 1000}) {
-        const Shape s{1, 2, N, d, causal};
-        const std::uint64_t seed = course::fresh_seed();
-        CAPTURE(s.text());
-        CAPTURE(seed);
-        for (const Scheme& scheme : schemes()) check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), scheme, seed);
-      }
+  check_ablation();
 }
 
 TEST_CASE("the ablations fp8_*_preg and fp8_*_psmem: P in registers or through shared memory at every d keep the bound") {
@@ -164,15 +169,7 @@ TEST_CASE("the ablations fp8_*_preg and fp8_*_psmem: P in registers or through s
   for (const fp8::POperand where : {fp8::POperand::registers, fp8::POperand::shared}) {
     const Where at(where);
     CAPTURE(where == fp8::POperand::shared ? "P through shared memory" : "P in registers");
-    for (int d : {64, 128})
-      for (bool causal : {false, true})
-        for (int N : {129, 1000}) {
-          const Shape s{1, 2, N, d, causal};
-          const std::uint64_t seed = course::fresh_seed();
-          CAPTURE(s.text());
-          CAPTURE(seed);
-          for (const Scheme& scheme : schemes()) check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), scheme, seed);
-        }
+    check_ablation();
   }
 }
 
