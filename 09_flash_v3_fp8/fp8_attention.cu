@@ -43,6 +43,13 @@
 //    weights of a long row would be subnormal (fewer bits) or 0. The exponent's subtraction of m
 //    becomes m − 8: P̃ in [0, 256], O = o/l unchanged (l sums the same scaled values), L less 8 ln 2.
 //
+//  - An experiment, not the default: O on the tensor cores (kAccTC; the ablations fp8_*_acc2, _acc3,
+//    _lazy3). FlashAttention-3 keeps no o_j: P̃·V adds into o, rescaled by FMULs. That frees o_j's 64
+//    registers, enough for three consumer warpgroups at d = 128 (160 registers a thread; Br = 192, 3
+//    stages). Measured (H100, d = 128, against the default): two warpgroups 0.94-0.95x (adding into
+//    o costs more than the promote), three 1.03-1.07x, three with the lazy rescale (kLazy) 1.04-1.09x;
+//    O drifts low on inputs of mean 0.5 (3.5 % at N = 4096, 12 % at 16384), not on zero-mean ones.
+//
 // IO: stage 06's model with 1-byte Q, K and V (and Vᵀ's rows padded to 32 keys): O and L as before.
 #include <algorithm>
 
@@ -197,20 +204,22 @@ __device__ void issue_qk(float (&S)[kBc / 8][4], uint32_t Qs, int wg, uint32_t K
 // than fp32 (truncating what falls below them), so a long sum in one accumulator drifts toward zero:
 // measured −12 % on O at N = 16384 with inputs of mean 0.5. Each block's 128 keys are summed on the
 // tensor cores; the blocks are added in fp32 (promote), DeepSeek-V3's remedy.
+// fresh = false (kAccTC): the first step adds too, into the accumulator o itself.
 template <int NV>
-__device__ void issue_pv(float (&o)[NV / 8][4], const uint32_t (&P)[kBc / 32][4], uint32_t Vts) {
+__device__ void issue_pv(float (&o)[NV / 8][4], const uint32_t (&P)[kBc / 32][4], uint32_t Vts, bool fresh) {
   const uint64_t v = hopper::make_desc(Vts, 0, 1024, 1);
 #pragma unroll
-  for (int s = 0; s < kBc / 32; ++s) hopper::wgmma_rs_e4m3<NV>(o, P[s], hopper::desc_advance(v, 32 * s), s > 0);
+  for (int s = 0; s < kBc / 32; ++s)
+    hopper::wgmma_rs_e4m3<NV>(o, P[s], hopper::desc_advance(v, 32 * s), s > 0 || !fresh);
 }
 // The same with P̃ from shared memory (kPSmem): the warpgroup's 64 rows of Bc bytes (K-major, the
 // 128-byte swizzle, as Q at d = 128), written by store_p.
 template <int NV>
-__device__ void issue_pv(float (&o)[NV / 8][4], uint32_t Ps, uint32_t Vts) {
+__device__ void issue_pv(float (&o)[NV / 8][4], uint32_t Ps, uint32_t Vts, bool fresh) {
   const uint64_t a = hopper::make_desc(Ps, 0, 1024, 1), v = hopper::make_desc(Vts, 0, 1024, 1);
 #pragma unroll
   for (int s = 0; s < kBc / 32; ++s)
-    hopper::wgmma_ss_e4m3<NV>(o, hopper::desc_advance(a, 32 * s), hopper::desc_advance(v, 32 * s), s > 0);
+    hopper::wgmma_ss_e4m3<NV>(o, hopper::desc_advance(a, 32 * s), hopper::desc_advance(v, 32 * s), s > 0 || !fresh);
 }
 // o = o · a + o_j, in fp32: the running sum rescaled (a: the rescale that o owed, and V's descale
 // step) and the block's sum added, one FFMA a value (stage 08's rescale was one FMUL). oj may have a
@@ -252,7 +261,11 @@ __device__ inline void store_p(const uint32_t (&P)[kBc / 32][4], uint32_t Ps, in
 // by stage 08's exp2_poly on the FMA pipe (an experiment: at d = 128 the exponential unit's 16 a
 // clock per SM take as long as the FP8 products of a block, 512 cycles each for a warpgroup).
 // kSum = false: l is not summed here (the tensor cores sum it with P̃·V).
-template <int kPolyEvery, bool kSum, int NT>
+// kLazy (an experiment, FlashAttention-4's lazy rescale): m moves only when the block's max passes it
+// by more than kLazyTau (log₂ units); otherwise alpha is exactly 1 and o needs no rescale. P̃ is then at
+// most 2^(8 + kLazyTau), inside e4m3's 448 = 2^8.8.
+constexpr float kLazyTau = 0.8f;
+template <int kPolyEvery, bool kSum, int NT, bool kLazy = false>
 __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], float cj, float (&alpha)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -262,7 +275,8 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[e] = fmaxf(v[e], S[n + e / 2][2 * h + e % 2]);
     fa3::tree_reduce(v, [](float a, float b) { return fmaxf(a, b); });
-    const float m_new = tc::quad_max(fmaxf(m[h], v[0] * cj));
+    float m_new = tc::quad_max(fmaxf(m[h], v[0] * cj));
+    if constexpr (kLazy) m_new = m_new > m[h] + kLazyTau ? m_new : m[h];
     const float shift = m_new == -INFINITY ? 0.0f : m_new;
     alpha[h] = ptx::exp2_approx(m[h] - shift);
     m[h] = m_new;
@@ -286,7 +300,7 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
 }
 
 template <class T, int D, int kStages, int kPolyEvery, bool kSumByMma, bool kPSmem,
-          int kWG = consumer_warpgroups<D>()>
+          int kWG = consumer_warpgroups<D>(), bool kAccTC = false, bool kLazy = false>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     flash_v3_fp8(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                  const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO, tc::Params p,
@@ -367,7 +381,11 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       const float cq = c0 * sc.q[size_t(h) * sc.blocks + min(max(wg_row0, 0), p.N - 1) / kScaleRows];
       // oj: the block's P̃·V (and, kSumByMma, its row sums in tile DT: row g's in [DT][0] and [1], row
       // g + 8's in [2] and [3], the same sum in every lane of a quad).
-      float o[1][DT][4] = {}, oj[1][NV / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {};
+      // kAccTC (the experiment, FlashAttention-3's way): no oj; P̃·V adds into o itself on the tensor
+      // cores, o is rescaled by FMULs before it, and l is summed by FADDs (kSumByMma off).
+      static_assert(!(kAccTC && kSumByMma), "O on the tensor cores sums l by FADDs");
+      constexpr int JT = kAccTC ? 1 : NV / 8;
+      float o[1][DT][4] = {}, oj[1][JT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {};
       float S[1][NT][4];
       uint32_t P[kBc / 32][4];
       auto mask = [&](int b) {
@@ -409,29 +427,44 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       float sv = v_scale(blocks - 1 - b0), f_held[2] = {0.0f, 0.0f}, f_next[2] = {0.0f, 0.0f};
       float u_held = 1.0f, u_next = 1.0f;
 #pragma unroll
-      for (int d = 0; d < NV / 8; ++d)
+      for (int d = 0; d < JT; ++d)
 #pragma unroll
         for (int e = 0; e < 4; ++e) oj[0][d][e] = 0.0f;
       // P̃·V of key block number k_ (P̃ from P, or kPSmem: from its tile), and P̃ of block k_ made.
       auto issue_pv_of = [&](int k_) {
-        if constexpr (kPSmem) issue_pv<NV>(oj[0], at(pipe.P(cwg, k_)), at(pipe.Vt(k_)));
-        else issue_pv<NV>(oj[0], P, at(pipe.Vt(k_)));
+        auto& acc = [&]() -> float(&)[NV / 8][4] {
+          if constexpr (kAccTC) return o[0];
+          else return oj[0];
+        }();
+        if constexpr (kPSmem) issue_pv<NV>(acc, at(pipe.P(cwg, k_)), at(pipe.Vt(k_)), !kAccTC);
+        else issue_pv<NV>(acc, P, at(pipe.Vt(k_)), !kAccTC);
       };
       auto make_p = [&](int k_) {
         pack_p(S[0], P);
         if constexpr (kPSmem) store_p(P, at(pipe.P(cwg, k_)), cwarp % 4);
       };
-      softmax_scores<kPolyEvery, !kSumByMma>(S[0], m, l, cq * k_scale(blocks - 1 - b0), alpha);
+      softmax_scores<kPolyEvery, !kSumByMma, NT, kLazy>(S[0], m, l, cq * k_scale(blocks - 1 - b0), alpha);
       make_p(it + b0);
       // kSumByMma: l = l·(f·u) + the block's row sum, as soon as P̃·V is complete, so that the row
       // sums' registers are free again before the next turn (at the turn, S, o, oj and P̃ are all
       // held, the row sums' four more would make ptxas serialise the wgmma's: its warning C7511).
       auto add_row_sum = [&] {
-        if constexpr (kSumByMma)
+        if constexpr (kSumByMma && !kAccTC)
           l[0] = fmaf(l[0], f_held[0] * u_held, oj[0][DT][0]), l[1] = fmaf(l[1], f_held[1] * u_held, oj[0][DT][2]);
       };
       auto promote_held = [&] {  // o = o·f + oj under the products just issued; oj then free for P̃·V
-        promote(o[0], oj[0], f_held);
+        if constexpr (kAccTC) {
+          // o = o·f before the P̃·V of the block whose softmax set f_next adds into it (not f_held, the
+          // fresh accumulator's factor, a block older: the first version used it, and its error was
+          // this bug's, not the tensor cores'). kLazy: skipped while the thread's factors are 1.
+          if (!kLazy || f_next[0] != 1.0f || f_next[1] != 1.0f)
+#pragma unroll
+            for (int d = 0; d < DT; ++d)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) o[0][d][e] *= f_next[e / 2];
+        } else {
+          promote(o[0], oj[0], f_held);
+        }
         f_held[0] = f_next[0], f_held[1] = f_next[1];
         u_held = u_next;
         hopper::wgmma_fence();  // oj was read: the wgmma that writes it comes after
@@ -454,7 +487,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         pipe.release_k(k);
         if (b == blocks - 1) pipe.release_q();
         mask(b);
-        softmax_scores<kPolyEvery, !kSumByMma>(S[0], m, l, cj, alpha);
+        softmax_scores<kPolyEvery, !kSumByMma, NT, kLazy>(S[0], m, l, cj, alpha);
         const float units = sv / sv_j;  // o owes alpha and the step to units of sv_j (1 per tensor)
         if constexpr (kSumByMma) u_next = sv_j / sv;
         sv = sv_j;
@@ -463,7 +496,8 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         // needs P̃·V to be complete (nor its registers: P̃ no longer held through it).
         if constexpr (kPSmem) make_p(k);
         hopper::wgmma_wait<0>();
-        hopper::fence_registers(oj[0]);
+        if constexpr (kAccTC) hopper::fence_registers(o[0]);
+        else hopper::fence_registers(oj[0]);
         add_row_sum();
         pipe.release_v(k - 1);
         if constexpr (!kPSmem) make_p(k);
@@ -476,10 +510,13 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       hopper::wgmma_commit();
       pass_turn();
       hopper::wgmma_wait<0>();
-      hopper::fence_registers(oj[0]);
+      if constexpr (kAccTC) hopper::fence_registers(o[0]);
+      else hopper::fence_registers(oj[0]);
       pipe.release_v(k);
-      add_row_sum();
-      promote(o[0], oj[0], f_held);
+      if constexpr (!kAccTC) {
+        add_row_sum();
+        promote(o[0], oj[0], f_held);
+      }
       it += blocks;
 
       constexpr float kLn2 = 0.69314718f;
@@ -498,6 +535,8 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
 int poly_every = 0;          // set_exp2_poly_every
 bool row_sum_by_mma = true;  // set_row_sum_by_mma
 POperand p_operand = POperand::by_d;  // set_p_operand
+int acc_tc_warpgroups = 0;            // set_o_on_tensor_cores
+bool acc_tc_lazy = false;
 
 }  // namespace
 
@@ -510,6 +549,14 @@ void set_row_sum_by_mma(bool by_mma) { row_sum_by_mma = by_mma; }
 
 void set_p_operand(POperand where) { p_operand = where; }
 
+void set_o_on_tensor_cores(int warpgroups, bool lazy) {
+  course::require(warpgroups == 0 || warpgroups == 2 || warpgroups == 3,
+                  "O on the tensor cores: 2 or 3 consumer warpgroups, or 0 (off)");
+  course::require(!lazy || warpgroups == 3, "the lazy rescale runs with O on the tensor cores, 3 warpgroups");
+  acc_tc_warpgroups = warpgroups;
+  acc_tc_lazy = lazy;
+}
+
 void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L) {
   require_supported(s);
   course::require(out == course::Dtype::fp16 || out == course::Dtype::bf16,
@@ -519,7 +566,7 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const int Np = padded_keys(s.N);
   const CUtensorMapSwizzle qk_swizzle = s.d == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  const int Br = attention_tiles(s).Br;
+  const int Br = acc_tc_warpgroups != 0 ? 64 * acc_tc_warpgroups : attention_tiles(s).Br;
   const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, Br, qk_swizzle});
   const CUtensorMap mapK = fa3::make_tensor_map({in.K, u8, 1, s.d, s.N, s.heads(), s.d, kBc, qk_swizzle});
   const CUtensorMap mapVt = fa3::make_tensor_map({in.Vt, u8, 1, Np, s.d, s.heads(), kBc, s.d, CU_TENSOR_MAP_SWIZZLE_128B});
@@ -528,9 +575,32 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const tc::Params p = tc::params(nullptr, nullptr, nullptr, O, L, s.N, s.causal, s.d);
   const unsigned grid = fa3::persistent_grid(s, "fp8", Br);
   int* next_tile = fa3::tile_counter();
+  // The experiment kAccTC: the default kernel (P̃ by d) with o accumulated on the tensor cores, at 2
+  // or 3 consumer warpgroups (3 stages at d = 128 with 3: the shared memory), and the row sum by
+  // FADDs (l exact, as FlashAttention-3); lazy: with the lazy rescale.
+  auto run_acc = [&](auto type, auto d, auto wg, auto lazy) {
+    using T = decltype(type);
+    constexpr int D = decltype(d)::value, kWG = decltype(wg)::value, kStages = D == 128 && kWG == 3 ? 3 : 4;
+    constexpr bool kP = D == 128, kLz = decltype(lazy)::value;
+    const size_t bytes = Smem<D, kStages, 64 * kWG, false, kP>::kBytes;
+    const auto kernel = flash_v3_fp8<T, D, kStages, 0, false, kP, kWG, true, kLz>;
+    course::require(row_sum_by_mma && poly_every == 0 && p_operand == POperand::by_d,
+                    "fp8: O on the tensor cores runs with the default kernel only");
+    course::require_shared_memory(bytes, "fp8 (O on the tensor cores) at d = " + std::to_string(D));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    kernel<<<grid, 128 * (kWG + 1), bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile);
+    CUDA_CHECK_LAUNCH();
+  };
   auto run = [&](auto type, auto d) {
     using T = decltype(type);
     constexpr int D = decltype(d)::value, kStages = 4, kWG = consumer_warpgroups<D>();
+    using Three = std::integral_constant<int, 3>;
+    if (acc_tc_warpgroups == 2) {
+      if constexpr (D == 128) return run_acc(type, d, std::integral_constant<int, 2>{}, std::false_type{});
+      course::require(false, "fp8: O on the tensor cores with 2 warpgroups at d = 128 only");
+    }
+    if (acc_tc_warpgroups == 3)
+      return acc_tc_lazy ? run_acc(type, d, Three{}, std::true_type{}) : run_acc(type, d, Three{}, std::false_type{});
     // P̃ through shared memory at d = 128 (by_d), or as an ablation names it.
     constexpr bool kPByD = D == 128;
     const bool p_smem = p_operand == POperand::shared || (p_operand == POperand::by_d && kPByD);

@@ -52,5 +52,11 @@ void set_row_sum_by_mma(bool by_mma);
 // fp8_*_psmem), with the default kernel only.
 enum class POperand { by_d, registers, shared };
 void set_p_operand(POperand where);
+// An experiment (the ablations fp8_*_acc2, _acc3, _lazy3): O accumulated on the tensor cores across
+// key blocks (no fresh accumulator, as FlashAttention-3), l by FADDs, with 2 (d = 128 only) or 3
+// consumer warpgroups, and with 3 optionally the lazy rescale (m moves only when a block's max passes
+// it by more than 0.8 in log₂ units, and o's rescale is skipped while its factors are 1). 0 (the
+// default): off. O drifts on inputs whose mean is not 0 (chapter 09).
+void set_o_on_tensor_cores(int warpgroups, bool lazy = false);
 
 }  // namespace attention::fp8

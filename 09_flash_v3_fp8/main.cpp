@@ -213,10 +213,13 @@ int main(int argc, char** argv) {
     for (const auto& n : scheme_names) variants.push_back("quant_" + n), variants.push_back("fp8_" + n);
     // The ablations (run when named, not by default): fp8_<scheme>_preg and _psmem, P̃ as P̃·V's A operand
     // in registers or through shared memory at every d (the default: shared memory at d = 128 only);
-    // fp8_<scheme>_fadd, the row sum by FADDs (the kernel before the tensor cores summed it).
+    // fp8_<scheme>_fadd, the row sum by FADDs (the kernel before the tensor cores summed it);
+    // fp8_<scheme>_acc2, _acc3 and _lazy3, the experiment: O accumulated on the tensor cores (no fresh
+    // accumulator), 2 consumer warpgroups (d = 128 only) or 3, and 3 with the lazy rescale.
     std::vector<std::string> known = variants;
+    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3"};
     for (const Scheme& s : schemes())
-      for (const char* ablation : {"_fadd", "_preg", "_psmem"}) known.push_back("fp8_" + s.name() + ablation);
+      for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
     course::finish_common_options(options, known);
     require_supported(base);
     std::vector<Dtype> dtypes;
@@ -267,8 +270,12 @@ int main(int argc, char** argv) {
             return fp8_row && name.size() > n && name.compare(name.size() - n, n, tail) == 0;
           };
           const bool fadd = ends("_fadd"), preg = ends("_preg"), psmem = ends("_psmem");
+          const int acc_wg = ends("_acc2") ? 2 : ends("_acc3") || ends("_lazy3") ? 3 : 0;
+          size_t suffix = 0;
+          for (const char* a : ablations)
+            if (ends(a)) suffix = std::strlen(a);
           course::Row row = bench.row(fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name,
-                                      s.text() + " Br=" + std::to_string(attention_tiles(s).Br) + " Bc=128");
+                                      s.text() + " Br=" + std::to_string(acc_wg != 0 ? 64 * acc_wg : attention_tiles(s).Br) + " Bc=128");
           row.dtype = course::name(t);
           row.size = N;
           if (name.rfind("08_", 0) == 0) {
@@ -295,7 +302,7 @@ int main(int argc, char** argv) {
             continue;
           }
           const bool quant = name.rfind("quant_", 0) == 0;
-          const Scheme scheme = scheme_named(name.substr(quant ? 6 : 4, name.size() - (quant ? 6 : 4) - (fadd || preg ? 5 : psmem ? 6 : 0)));
+          const Scheme scheme = scheme_named(name.substr(quant ? 6 : 4, name.size() - (quant ? 6 : 4) - suffix));
           if (!quantized.count(scheme.name())) {
             bench.progress(problem, scheme.name() + ": the CPU's quantisation");
             quantized.emplace(scheme.name(), quantize_inputs(s, in.Q, in.K, in.V, scheme, options.seed));
@@ -305,13 +312,19 @@ int main(int argc, char** argv) {
           else row.flops = s.flops(), row.io_model_bytes = attention_model_bytes(s);
 #if COURSE_HAS_HOPPER
           if (bench.use_gpu()) {
-            if ((fadd || preg || psmem) && poly_every > 0) {
+            if ((fadd || preg || psmem || acc_wg != 0) && poly_every > 0) {
               notes.push_back(name + ": not run (--exp2-poly-every runs with the default kernel only)");
+              bench.add(row);
+              continue;
+            }
+            if (acc_wg == 2 && s.d != 128) {
+              notes.push_back(name + " " + problem + ": not run (two warpgroups with O on the tensor cores: d = 128 only)");
               bench.add(row);
               continue;
             }
             fp8::set_row_sum_by_mma(!fadd);
             fp8::set_p_operand(preg ? fp8::POperand::registers : psmem ? fp8::POperand::shared : fp8::POperand::by_d);
+            fp8::set_o_on_tensor_cores(acc_wg, ends("_lazy3"));
             try {
               course::require_fits(0.0, flash_v2_device_bytes(s, t) + Fp8Buffers::bytes(s), name + " " + s.text());
             } catch (const course::ResourceError& e) {
@@ -369,6 +382,10 @@ int main(int argc, char** argv) {
     if (named("_preg"))
       notes.push_back("fp8_*_preg: the ablation: P~ held in registers as P*V's A operand at every d (the kernel "
                       "before P~ went through shared memory at d = 128)");
+    if (named("_acc2") || named("_acc3") || named("_lazy3"))
+      notes.push_back("fp8_*_acc2, _acc3, _lazy3: the experiment: O accumulated on the tensor cores across key blocks "
+                      "(FA-3's way; l by FADDs), 2 or 3 consumer warpgroups, _lazy3 with the lazy rescale; O drifts "
+                      "low on inputs whose mean is not 0");
     if (named("_psmem"))
       notes.push_back("fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
                       "only)");
