@@ -2187,6 +2187,32 @@ def _(row, D, F):
              "causal, N = 16384": (16384, 1)}.items()}
 
 
+def otc09(F, variant, d, N, causal):
+    """o_on_tensor_cores.csv: speed variant / default (the default's median ms over the variant's), or with
+    variant None the default's median ms; the experiment O on the tensor cores."""
+    ms = {}
+    for r in F["stage09_otc"]:
+        it = dict(x.split("=", 1) for x in r["shape"].split())
+        if (int(it["d"]), int(it["N"]), int(it["causal"])) == (d, N, int(causal)):
+            ms.setdefault(r["variant"], []).append(float(r["ms"]))
+    base = statistics.median(ms["fp8_per_tensor"])
+    if variant is None:
+        return base
+    if "fp8_per_tensor_" + variant not in ms:
+        return NoNumber()
+    return base / statistics.median(ms["fp8_per_tensor_" + variant])
+
+
+@spec("ch09-o-tc", CH09)
+def _(row, D, F):
+    cell = row["cell"]
+    d = 64 if "d = 64" in cell else 128
+    N = 16384 if "16384" in cell else 4096
+    c = "causal" in cell
+    return {"default: ms": otc09(F, None, d, N, c), "two warpgroups": otc09(F, "acc2", d, N, c),
+            "three": otc09(F, "acc3", d, N, c), "three, lazy rescale": otc09(F, "lazy3", d, N, c)}
+
+
 def build09(F, build, d, N):
     """micro_and_barrier_order.csv: the median ms of one build's rounds, non-causal, per tensor."""
     x = [float(r["ms"]) for r in F["stage09_micro"] if r["build"] == build and f"N={N} d={d} causal=0" in r["shape"]]
@@ -2254,6 +2280,7 @@ def run(root):
         "stage09_now": Data(os.path.join(root, "docs/results/h100/results.csv")),  # the main job's stage 09 rows
         "stage09_prev": Data(os.path.join(root, STAGE09, "main_job_row_sum.csv")),  # the main job before it
         "stage09_psmem": read_simple_csv(os.path.join(root, STAGE09, "p_smem.csv")),
+        "stage09_otc": read_simple_csv(os.path.join(root, STAGE09, "o_on_tensor_cores.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
