@@ -46,9 +46,10 @@
 //  - An experiment, not the default: O on the tensor cores (kAccTC; the ablations fp8_*_acc2, _acc3,
 //    _lazy3). FlashAttention-3 keeps no o_j: P̃·V adds into o, rescaled by FMULs. That frees o_j's 64
 //    registers, enough for three consumer warpgroups at d = 128 (160 registers a thread; Br = 192, 3
-//    stages). Measured (H100, d = 128, against the default): two warpgroups 0.94-0.95x (adding into
-//    o costs more than the promote), three 1.03-1.07x, three with the lazy rescale (kLazy) 1.04-1.09x;
-//    O drifts low on inputs of mean 0.5 (3.5 % at N = 4096, 12 % at 16384), not on zero-mean ones.
+//    stages). Measured (H100, d = 128, against the default): two warpgroups 0.85-0.95x over three
+//    runs (adding into o costs more than the promote did), three 1.00-1.07x, three with the lazy
+//    rescale (kLazy) 1.04-1.10x; O drifts low on inputs of mean 0.5 (its largest error 3.5 % at
+//    N = 4096, 12-13 % at 16384), not on zero-mean ones. So it is not the default (chapter 09).
 //
 // IO: stage 06's model with 1-byte Q, K and V (and Vᵀ's rows padded to 32 keys): O and L as before.
 #include <algorithm>
