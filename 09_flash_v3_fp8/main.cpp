@@ -40,8 +40,7 @@ namespace {
 constexpr const char* kStage08Rung = "tuned";
 // Bytes between the SMs and L2 in the model (stage 06's, with 1-byte Q, K, V): per head Q once,
 // K and V of every visited key block once per query block, O (2 bytes a value) and L once.
-double attention_model_bytes(const Shape& s) {
-  const Tiles t = attention_tiles(s);
+double attention_model_bytes(const Shape& s, const Tiles& t) {
   double keys = 0;
   for (int i = 0; i < query_blocks(s, t); ++i) keys += std::min(s.N, key_blocks(s, t, i) * t.Bc);
   return double(s.heads()) * (double(s.d) * (3.0 * s.N + 2.0 * keys) + 4.0 * s.N);
@@ -274,8 +273,10 @@ int main(int argc, char** argv) {
           size_t suffix = 0;
           for (const char* a : ablations)
             if (ends(a)) suffix = std::strlen(a);
+          Tiles fp8_tiles = attention_tiles(s);  // the experiment O on the tensor cores: 64 rows a warpgroup
+          if (acc_wg != 0) fp8_tiles.Br = 64 * acc_wg;
           course::Row row = bench.row(fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name,
-                                      s.text() + " Br=" + std::to_string(acc_wg != 0 ? 64 * acc_wg : attention_tiles(s).Br) + " Bc=128");
+                                      s.text() + " Br=" + std::to_string(fp8_tiles.Br) + " Bc=" + std::to_string(fp8_tiles.Bc));
           row.dtype = course::name(t);
           row.size = N;
           if (name.rfind("08_", 0) == 0) {
@@ -309,7 +310,7 @@ int main(int argc, char** argv) {
           }
           const QuantizedInputs& q = quantized.at(scheme.name());
           if (quant) row.io_model_bytes = quantize_model_bytes(s, scheme);
-          else row.flops = s.flops(), row.io_model_bytes = attention_model_bytes(s);
+          else row.flops = s.flops(), row.io_model_bytes = attention_model_bytes(s, fp8_tiles);
 #if COURSE_HAS_HOPPER
           if (bench.use_gpu()) {
             if ((fadd || preg || psmem || acc_wg != 0) && poly_every > 0) {
