@@ -2188,19 +2188,21 @@ def _(row, D, F):
 
 
 def otc09(F, variant, d, N, causal):
-    """o_on_tensor_cores.csv: speed variant / default (the default's median ms over the variant's), or with
-    variant None the default's median ms; the experiment O on the tensor cores."""
+    """o_on_tensor_cores.csv, the experiment O on the tensor cores: for the default (variant None) its
+    median ms and the fastest and slowest of its rounds; for a variant the speed against the default
+    (the default's median ms over the variant's), then the variant's median, fastest and slowest ms."""
     ms = {}
     for r in F["stage09_otc"]:
         it = dict(x.split("=", 1) for x in r["shape"].split())
         if (int(it["d"]), int(it["N"]), int(it["causal"])) == (d, N, int(causal)):
             ms.setdefault(r["variant"], []).append(float(r["ms"]))
-    base = statistics.median(ms["fp8_per_tensor"])
+    base = ms["fp8_per_tensor"]
     if variant is None:
-        return base
+        return [statistics.median(base), min(base), max(base)]
     if "fp8_per_tensor_" + variant not in ms:
         return NoNumber()
-    return base / statistics.median(ms["fp8_per_tensor_" + variant])
+    x = ms["fp8_per_tensor_" + variant]
+    return [statistics.median(base) / statistics.median(x), statistics.median(x), min(x), max(x)]
 
 
 @spec("ch09-o-tc", CH09)
@@ -2209,7 +2211,7 @@ def _(row, D, F):
     d = 64 if "d = 64" in cell else 128
     N = 16384 if "16384" in cell else 4096
     c = "causal" in cell
-    return {"default: ms": otc09(F, None, d, N, c), "two warpgroups": otc09(F, "acc2", d, N, c),
+    return {"default: ms (min–max)": otc09(F, None, d, N, c), "two warpgroups": otc09(F, "acc2", d, N, c),
             "three": otc09(F, "acc3", d, N, c), "three, lazy rescale": otc09(F, "lazy3", d, N, c)}
 
 
