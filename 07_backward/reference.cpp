@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <thread>
+
+#include "check.hpp"
 
 namespace attention {
 
@@ -49,16 +52,20 @@ void softmax_rows(Matrix& S, Eigen::Ref<Column> L) {
 
 // The formula of reference.hpp for one head, in float64, rows in chunks on several threads (each
 // keeps its own dK and dV sums); with `plain`, also the same computation with every kept tensor
-// rounded to `dtype`.
+// rounded to `dtype`. `groups` (sorted query-row starts, the first 0), when not empty, are the
+// chunks instead, and the plain computation rounds each one's share of dK and dV to the dtype
+// before adding it to the others (reference.hpp, "Partial sums").
 void head_gradients(const Shape& s, const Matrix& q, const Matrix& k, const Matrix& v, const Matrix& dout,
-                    HeadGradients& out, HeadGradients* plain, course::Dtype dtype) {
+                    HeadGradients& out, HeadGradients* plain, course::Dtype dtype,
+                    const std::vector<int>& groups = {}) {
   const int N = s.N, d = s.d;
   const double scale = 1.0 / std::sqrt(double(d));
   auto round = [dtype](double x) { return double(course::round_to(dtype, float(x))); };
   Matrix O(N, d), dQ(N, d), dK = Matrix::Zero(N, d), dV = Matrix::Zero(N, d);
   Matrix pdQ(plain ? N : 0, d), pdK = Matrix::Zero(plain ? N : 0, d), pdV = Matrix::Zero(plain ? N : 0, d);
   Column L(N), D_effect(N);
-  const int chunks = (N + kChunkRows - 1) / kChunkRows;
+  const bool partials = !groups.empty();
+  const int chunks = partials ? int(groups.size()) : (N + kChunkRows - 1) / kChunkRows;
   const int threads = int(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 16u));
   std::atomic<int> next{0};
   std::mutex merge;
@@ -66,7 +73,8 @@ void head_gradients(const Shape& s, const Matrix& q, const Matrix& k, const Matr
     Matrix dK_t = Matrix::Zero(N, d), dV_t = Matrix::Zero(N, d);
     Matrix pdK_t = Matrix::Zero(plain ? N : 0, d), pdV_t = Matrix::Zero(plain ? N : 0, d);
     for (int c = next++; c < chunks; c = next++) {
-      const int r0 = c * kChunkRows, n = std::min(kChunkRows, N - r0);
+      const int r0 = partials ? groups[std::size_t(c)] : c * kChunkRows;
+      const int n = partials ? (c + 1 < chunks ? groups[std::size_t(c) + 1] : N) - r0 : std::min(kChunkRows, N - r0);
       const auto q_c = q.middleRows(r0, n);
       const auto do_c = dout.middleRows(r0, n);
       // Causal: the chunk's rows see keys up to r0 + n − 1 only; the rest of S is −∞ and of P 0.
@@ -99,8 +107,13 @@ void head_gradients(const Shape& s, const Matrix& q, const Matrix& k, const Matr
         const Column Dp = do_c.cwiseProduct(Op).rowwise().sum();
         const Matrix dSp = Pp.cwiseProduct(dPp.colwise() - Dp).unaryExpr(round);
         pdQ.middleRows(r0, n) = ((dSp * k_c) * scale).unaryExpr(round);
-        pdK_t.topRows(keys).noalias() += dSp.transpose() * q_c;
-        pdV_t.topRows(keys).noalias() += Pp.transpose() * do_c;
+        if (partials) {  // this group's share, as a kernel stores it (scale applied; undone below)
+          pdK_t.topRows(keys) += ((dSp.transpose() * q_c) * scale).unaryExpr(round) / scale;
+          pdV_t.topRows(keys) += (Pp.transpose() * do_c).unaryExpr(round);
+        } else {
+          pdK_t.topRows(keys).noalias() += dSp.transpose() * q_c;
+          pdV_t.topRows(keys).noalias() += Pp.transpose() * do_c;
+        }
       }
     }
     std::lock_guard<std::mutex> lock(merge);
@@ -210,8 +223,14 @@ DPrecision d_precision(const Shape& s, course::Dtype dtype, const float* Q, cons
 }
 
 BackwardReference::BackwardReference(const Shape& s, course::Dtype dtype, const float* Q,
-                                     const float* K, const float* V, const float* dO, int max_heads)
+                                     const float* K, const float* V, const float* dO, int max_heads,
+                                     const std::vector<int>& partial_groups)
     : s_(s) {
+  course::require(partial_groups.empty() ||
+                      (partial_groups.front() == 0 && partial_groups.back() < s.N &&
+                       std::adjacent_find(partial_groups.begin(), partial_groups.end(), std::greater_equal<int>()) ==
+                           partial_groups.end()),
+                  "BackwardReference: partial groups must start at 0 and be increasing row starts below N");
   const int H = s.heads();
   if (double(H) * s.N <= 16384) {
     for (int h = 0; h < H; ++h) heads_.push_back(h);
@@ -227,7 +246,7 @@ BackwardReference::BackwardReference(const Shape& s, course::Dtype dtype, const 
     const Matrix q = head_matrix(s, h, Q), k = head_matrix(s, h, K), v = head_matrix(s, h, V),
                  dout = head_matrix(s, h, dO);
     HeadGradients g, p;
-    head_gradients(s, q, k, v, dout, g, rounded ? &p : nullptr, dtype);
+    head_gradients(s, q, k, v, dout, g, rounded ? &p : nullptr, dtype, partial_groups);
     if (!rounded)  // fp32's bound: the largest |scaled score|, 1024 rows at a time
       for (int r0 = 0; r0 < s.N; r0 += 1024) {
         const Matrix S = q.middleRows(r0, std::min(1024, s.N - r0)) * k.transpose();

@@ -18,6 +18,11 @@
 // N = 16384 that measure puts FlashAttention-2 itself near the factor 2 (dK 1.83x the plain
 // error on the H100, same inputs), and our kernels, whose errors equal its own, 1.02-1.18x over
 // it on one checked head; in FlashAttention's measure both are at 1.04-1.12x (docs/07_backward.md).
+// Partial sums. A kernel that stores a group of query rows' share of dK and dV in the dtype and
+// adds those shares afterwards (the ring of stage 10: one share per query chunk a key shard
+// meets) rounds each key's gradient once per group and once more at the end; its plain
+// computation does the same (`partial_groups`: the groups' first rows), so that the factor 2
+// compares like with like. Without groups, the plain dK and dV are rounded once.
 // fp32: stage 06's bound on O (the sums' rounding and 8 ulps of the largest score), four times:
 // dP − D cancels most of dP's common part, and the gradients are two more sums of N terms; for dQ also D's share of O's error, which is
 // common to a row of dS while dQ = scale·dS·K cancels (docs/07_backward.md derives both).
@@ -45,7 +50,8 @@ double formula_gradient(const Shape& s, const double* Q, const double* K, const 
 class BackwardReference {
  public:
   BackwardReference(const Shape& s, course::Dtype dtype, const float* Q, const float* K,
-                    const float* V, const float* dO, int max_heads = 3);
+                    const float* V, const float* dO, int max_heads = 3,
+                    const std::vector<int>& partial_groups = {});
 
   // A run's gradient (all B·H·N·d values, as floats) against the reference. which: 0 dQ, 1 dK, 2 dV.
   course::Comparison check(int which, const float* grad) const;

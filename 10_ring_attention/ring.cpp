@@ -35,6 +35,12 @@ std::vector<Pair> Split::pairs(int rank, int step, bool causal) const {
 
 std::string Split::text() const { return "G=" + std::to_string(G_) + (zigzag_ ? " zigzag" : " ring"); }
 
+std::vector<int> Split::starts() const {
+  std::vector<int> first;
+  for (int chunk = 0; chunk < chunks(); ++chunk) first.push_back(start(chunk));
+  return first;
+}
+
 std::uint64_t shard_bytes(const Split& split, const Shape& s, course::Dtype t) {
   return 2ull * split.per_rank() * std::uint64_t(split.c()) * std::uint64_t(s.heads()) * std::uint64_t(s.d) *
          course::bytes_of(t);

@@ -52,6 +52,9 @@ class Split {
   // The pairs rank computes at step (none, when causal and the shard in hand lies after its chunks).
   std::vector<Pair> pairs(int rank, int step, bool causal) const;
   std::string text() const;  // "G=4 zigzag" / "G=4 ring"
+  // The chunks' first rows, in sequence order: the query groups whose share of dK and dV the
+  // backward rounds to the dtype apart (attention::BackwardReference's partial groups).
+  std::vector<int> starts() const;
 
  private:
   int N_, G_;

@@ -62,8 +62,11 @@ Gradients run_ring_backward(const Split& sp, const Shape& s, Dtype t, const atte
   return g;
 }
 
-void check_gradients(const Shape& s, Dtype t, const attention::BackwardInputs& in, const Gradients& g) {
-  const attention::BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+// The ring rounds each query chunk's share of dK, dV apart: the reference's plain computation too.
+void check_gradients(const Split& sp, const Shape& s, Dtype t, const attention::BackwardInputs& in,
+                     const Gradients& g) {
+  const attention::BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data(), 3,
+                                         sp.starts());
   const auto dQ = course::to_floats(t, g.dQ), dK = course::to_floats(t, g.dK), dV = course::to_floats(t, g.dV);
   const auto c = ref.check_all(dQ.data(), dK.data(), dV.data());
   CHECK_MESSAGE(c.ok(), c.summary() << "\n" << c.first_mismatches);
@@ -250,7 +253,7 @@ TEST_CASE("the ring's backward on one GPU (copies): dQ, dK, dV against float64, 
           CAPTURE(sp.text());
           CAPTURE(course::name(t));
           CAPTURE(in.fwd.seed);
-          check_gradients(s, t, in, run_ring_backward(sp, s, t, in, Transport::copies));
+          check_gradients(sp, s, t, in, run_ring_backward(sp, s, t, in, Transport::copies));
         }
       }
 }
@@ -264,7 +267,8 @@ TEST_CASE("the ring's backward with every score far below 0 and padding keys: no
     const auto in = attention::make_backward_inputs(s, t, course::fresh_seed(), -20.0f, 0.5f, 1.5f);
     CAPTURE(course::name(t));
     CAPTURE(in.fwd.seed);
-    check_gradients(s, t, in, run_ring_backward(Split(501, 4, false), s, t, in, Transport::copies));
+    const Split sp(501, 4, false);
+    check_gradients(sp, s, t, in, run_ring_backward(sp, s, t, in, Transport::copies));
   }
 }
 
@@ -339,11 +343,11 @@ TEST_CASE("the backward over NCCL and peer copies (2 or more GPUs): the same dK,
     CAPTURE(sp.text());
     CAPTURE(in.fwd.seed);
     const Gradients copies = run_ring_backward(sp, s, Dtype::bf16, in, Transport::copies);
-    check_gradients(s, Dtype::bf16, in, copies);
+    check_gradients(sp, s, Dtype::bf16, in, copies);
     for (Transport transport : {Transport::peer, Transport::nccl}) {
       if (transport == Transport::nccl && !built_with_nccl()) continue;
       const Gradients g = run_ring_backward(sp, s, Dtype::bf16, in, transport);
-      check_gradients(s, Dtype::bf16, in, g);
+      check_gradients(sp, s, Dtype::bf16, in, g);
       CHECK(g.dK == copies.dK);  // the same sums in the same order (dQ: atomics, any order)
       CHECK(g.dV == copies.dV);
     }
