@@ -195,12 +195,13 @@ struct Pipeline {
 // staging is in the layout mapO's boxes (64 columns × 16 rows, the 128-byte swizzle) describe:
 // swizzle128, 1024-byte aligned, where stage 06's has rows of D values. Before the warp writes
 // its staging again (the next tile), the previous store must have read it: wait_group.read.
-// What the epilogue computes from o, m and l: O = o · o_times / l, L = m_times · m + log l + L_add.
+// What the epilogue computes from o, m and l: O = o · o_times / l (+ o_add), L = m_times · m + log l + L_add.
 // Stage 08: {1, scale, 0} (m in units of scores). Stage 09: m is already in units of
-// scale·log₂e·score (m_times = ln 2), l sums P̃·2^8 (L_add = −8 ln 2) and o is in units of V's
-// last descale (o_times).
+// scale·log₂e·score (m_times = ln 2), l sums P̃·2^8 (L_add = −8 ln 2), o is in units of V's
+// last descale (o_times), and o_add is the head's v̄ (D floats: V was centred).
 struct Epilogue {
   float o_times, m_times, L_add;
+  const float* o_add = nullptr;  // D values added to every row of O, or none
 };
 template <class T, int D>
 __device__ void write_output_tma(const float (&o)[1][D / 8][4], const float (&m)[1][2], float (&l)[1][2],
@@ -215,9 +216,14 @@ __device__ void write_output_tma(const float (&o)[1][D / 8][4], const float (&m)
     const float inv = e.o_times / l[0][hh];
     const int r = g + 8 * hh;
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d)
-      *reinterpret_cast<uint32_t*>(stage + hopper::swizzle128<16>(r, d) + 2 * t) =
-          ptx::pack<T>(o[0][d][2 * hh] * inv, o[0][d][2 * hh + 1] * inv);
+    for (int d = 0; d < D / 8; ++d) {
+      float x0 = o[0][d][2 * hh] * inv, x1 = o[0][d][2 * hh + 1] * inv;
+      if (e.o_add) {  // columns 8d + 2t and 8d + 2t + 1
+        const float2 add = __ldg(reinterpret_cast<const float2*>(e.o_add + 8 * d + 2 * t));
+        x0 += add.x, x1 += add.y;
+      }
+      *reinterpret_cast<uint32_t*>(stage + hopper::swizzle128<16>(r, d) + 2 * t) = ptx::pack<T>(x0, x1);
+    }
     if (t == 0 && unsigned(row0 + r) < unsigned(p.N)) p.L[size_t(h) * p.N + row0 + r] = e.m_times * m[0][hh] + logf(l[0][hh]) + e.L_add;
   }
   hopper::fence_proxy_async();  // the staging's ordinary stores, before the copy engine reads it

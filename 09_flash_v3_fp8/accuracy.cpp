@@ -94,16 +94,20 @@ QuantizedInputs quantize_inputs(const Shape& s, const std::vector<float>& Q, con
   if (scheme.incoherent) in.signs = random_signs(s.d, sign_seed);
   in.Q = quantize(transform_rows(Q, s.d, in.signs), s.heads(), s.N, s.d, scheme.granularity);
   in.K = quantize(transform_rows(K, s.d, in.signs), s.heads(), s.N, s.d, scheme.granularity);
-  in.V = quantize(V, s.heads(), s.N, s.d, scheme.granularity);  // V is not transformed (P·V needs V itself)
+  // V is not transformed (P·V needs V itself), but centred (fp8.hpp).
+  in.v_mean = scheme.centre_v ? column_means(V, s.heads(), s.N, s.d) : std::vector<float>(std::size_t(s.heads()) * s.d);
+  in.V = quantize(scheme.centre_v ? centre_columns(V, in.v_mean, s.heads(), s.N, s.d) : V, s.heads(), s.N, s.d,
+                  scheme.granularity);
   return in;
 }
 
 namespace {
 // Attention with P̃ = exp(S − rowmax) rounded by `round_p` before P̃·V, l from the unrounded P̃
-// (as the kernels sum it), O rounded to `out`.
+// (as the kernels sum it), `add` (heads × d, or empty) added to each row, O rounded to `out`.
 template <class RoundP>
 std::vector<float> plain(const Shape& s, const std::vector<double>& Q, const std::vector<double>& K,
-                         const std::vector<double>& V, course::Dtype out, RoundP round_p) {
+                         const std::vector<double>& V, course::Dtype out, RoundP round_p,
+                         const std::vector<float>& add = {}) {
   std::vector<float> O(s.elements());
   for (int h = 0; h < s.heads(); ++h) {
     const std::size_t at = std::size_t(h) * s.N * s.d;
@@ -114,7 +118,9 @@ std::vector<float> plain(const Shape& s, const std::vector<double>& Q, const std
       S = S.unaryExpr(round_p);
       const RowMajorD o = (S * v).array().colwise() / l.array();
       for (int i = 0; i < rows; ++i)
-        for (int c = 0; c < s.d; ++c) O[at + std::size_t(r0 + i) * s.d + c] = course::round_to(out, float(o(i, c)));
+        for (int c = 0; c < s.d; ++c)
+          O[at + std::size_t(r0 + i) * s.d + c] =
+              course::round_to(out, float(o(i, c) + (add.empty() ? 0.0 : double(add[std::size_t(h) * s.d + c]))));
     });
   }
   return O;
@@ -123,7 +129,7 @@ std::vector<float> plain(const Shape& s, const std::vector<double>& Q, const std
 
 std::vector<float> plain_fp8(const Shape& s, const QuantizedInputs& in, course::Dtype out) {
   return plain(s, dequantize(in.Q), dequantize(in.K), dequantize(in.V), out,
-               [](double p) { return double(from_e4m3(to_e4m3(float(p * 256.0)))) / 256.0; });
+               [](double p) { return double(from_e4m3(to_e4m3(float(p * 256.0)))) / 256.0; }, in.v_mean);
 }
 
 std::vector<float> plain_16bit(const Shape& s, const std::vector<float>& Q, const std::vector<float>& K,
@@ -162,9 +168,9 @@ Fp8Reference::Fp8Reference(const Shape& s, course::Dtype out, const std::vector<
   };
   std::vector<double> plain_O, plain_L;
   // Rows r of one head: softmax(S)·V and the logsumexp, with P̃ rounded by round_p.
-  auto attend = [&](const double* Qh, const double* Kh, const double* Vh, auto round_p, std::vector<double>& O,
-                    std::vector<double>& L, std::vector<std::size_t>* whereO, std::vector<std::size_t>* whereL,
-                    std::size_t head) {
+  auto attend = [&](const double* Qh, const double* Kh, const double* Vh, const float* add, auto round_p,
+                    std::vector<double>& O, std::vector<double>& L, std::vector<std::size_t>* whereO,
+                    std::vector<std::size_t>* whereL, std::size_t head) {
     RowMajorD qs(n, d);
     for (int r = 0; r < n; ++r) qs.row(r) = Map(Qh + std::size_t(sample.rows[r]) * d, 1, d);
     RowMajorD P = qs * Map(Kh, N, d).transpose() * scale;  // S, then P̃ in place (0 past what a row sees)
@@ -183,7 +189,7 @@ Fp8Reference::Fp8Reference(const Shape& s, course::Dtype out, const std::vector<
     const RowMajorD PV = P * Map(Vh, N, d);  // one product for all the rows (row by row took seconds)
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < d; ++c) {
-        O.push_back(PV(r, c) / l[r]);
+        O.push_back(PV(r, c) / l[r] + (add ? double(add[c]) : 0.0));
         if (whereO) whereO->push_back((head + std::size_t(sample.rows[r])) * d + c);
       }
   };
@@ -191,10 +197,10 @@ Fp8Reference::Fp8Reference(const Shape& s, course::Dtype out, const std::vector<
     const std::size_t at = std::size_t(h) * N * d;
     const std::vector<double> Qo(Q.begin() + at, Q.begin() + at + std::size_t(N) * d),
         Ko(K.begin() + at, K.begin() + at + std::size_t(N) * d), Vo(V.begin() + at, V.begin() + at + std::size_t(N) * d);
-    attend(Qo.data(), Ko.data(), Vo.data(), [](double p) { return p; }, O_, L_, &where_O_, &where_L_,
+    attend(Qo.data(), Ko.data(), Vo.data(), nullptr, [](double p) { return p; }, O_, L_, &where_O_, &where_L_,
            std::size_t(h) * N);
     const std::vector<double> Qd = head_of(q.Q, h), Kd = head_of(q.K, h), Vd = head_of(q.V, h);
-    attend(Qd.data(), Kd.data(), Vd.data(),
+    attend(Qd.data(), Kd.data(), Vd.data(), q.v_mean.data() + std::size_t(h) * d,
            [](double p) { return double(from_e4m3(to_e4m3(float(p * 256.0)))) / 256.0; }, plain_O, plain_L, nullptr,
            nullptr, std::size_t(h) * N);
   }

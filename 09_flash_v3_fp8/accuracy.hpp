@@ -38,15 +38,16 @@ std::vector<double> dequantize(const Quantized& q);
 // The three quantised tensors of a scheme, as the GPU's quantisation makes them.
 struct QuantizedInputs {
   Scheme scheme;
-  Quantized Q, K, V;
+  Quantized Q, K, V;         // V: of V − v̄
   std::vector<float> signs;  // the incoherent processing's (empty without it)
+  std::vector<float> v_mean;  // v̄, heads × d (zeros without centre_v): added to O at the end
 };
 QuantizedInputs quantize_inputs(const Shape& s, const std::vector<float>& Q, const std::vector<float>& K,
                                 const std::vector<float>& V, Scheme scheme, std::uint64_t sign_seed);
 
 // Plain FP8 attention on quantised inputs: S and the softmax exact; P̃ = exp(S − rowmax) · 2^8
 // rounded to e4m3 (the 2^8 as in the kernel: it keeps P̃'s small values out of e4m3's subnormals,
-// and cancels in O = Σ P̃·V / Σ P̃); O rounded to `out`.
+// and cancels in O = Σ P̃·V / Σ P̃); v̄ added; O rounded to `out`.
 std::vector<float> plain_fp8(const Shape& s, const QuantizedInputs& in, course::Dtype out);
 // Plain attention in a 16-bit dtype on inputs already rounded to it: P̃ and O rounded to `t` (the
 // FP8 table's 16-bit row, on a machine without a GPU).

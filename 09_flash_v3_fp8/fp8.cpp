@@ -40,7 +40,8 @@ float from_e4m3(std::uint8_t b) {
 }
 
 std::string Scheme::name() const {
-  return std::string(granularity == Granularity::tensor ? "per_tensor" : "per_block") + (incoherent ? "_hadamard" : "");
+  return std::string(granularity == Granularity::tensor ? "per_tensor" : "per_block") + (incoherent ? "_hadamard" : "") +
+         (centre_v ? "" : "_uncentred");
 }
 
 const std::vector<Scheme>& schemes() {
@@ -80,6 +81,49 @@ std::vector<float> transform_rows(const std::vector<float>& x, int d, const std:
     fwht(v, d);
     for (int c = 0; c < d; ++c) v[c] *= r;
   }
+  return y;
+}
+
+namespace {
+void require_finite(const std::vector<float>& x, int N, int d) {
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (!std::isfinite(x[i]))  // (the message is built only then: once per value it cost seconds)
+      course::require(false, "FP8 quantisation: the input holds NaN or inf (row " + std::to_string(i / d % N) +
+                                 " of head " + std::to_string(i / d / N) + "): no scale can represent it");
+}
+}  // namespace
+
+std::vector<float> column_means(const std::vector<float>& V, int heads, int N, int d) {
+  course::require(V.size() == std::size_t(heads) * N * d && N >= 1, "column_means: heads × N × d values expected");
+  require_finite(V, N, d);
+  constexpr int kGroup = 16, kGroups = kScaleRows / kGroup;  // a warp's rows, the block's warps
+  std::vector<float> mean(std::size_t(heads) * d);
+  for (int h = 0; h < heads; ++h)
+    for (int c = 0; c < d; ++c) {
+      float total = 0.0f;
+      for (int b = 0; b * kScaleRows < N; ++b) {
+        float block = 0.0f;
+        for (int g = 0; g < kGroups; ++g) {
+          float group = 0.0f;
+          for (int i = 0; i < kGroup; ++i) {
+            const int r = b * kScaleRows + g * kGroup + i;
+            group += r < N ? V[(std::size_t(h) * N + r) * d + c] : 0.0f;
+          }
+          block += group;
+        }
+        total += block;
+      }
+      mean[std::size_t(h) * d + c] = total / float(N);
+    }
+  return mean;
+}
+
+std::vector<float> centre_columns(const std::vector<float>& V, const std::vector<float>& mean, int heads, int N,
+                                  int d) {
+  course::require(V.size() == std::size_t(heads) * N * d && mean.size() == std::size_t(heads) * d,
+                  "centre_columns: heads × N × d values and heads × d means expected");
+  std::vector<float> y(V.size());
+  for (std::size_t i = 0; i < V.size(); ++i) y[i] = V[i] - mean[i / (std::size_t(N) * d) * d + i % d];
   return y;
 }
 

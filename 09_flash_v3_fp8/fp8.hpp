@@ -18,6 +18,12 @@
 //               is spread over all d channels of its row.
 // Whatever the scheme, the scales are stored a block apiece (per tensor: the same value in every
 // block), so that the attention kernel is one kernel for all four.
+//
+// V centred (every scheme, unless centre_v is false): each column c of a head's V has its mean v̄_c
+// over the N keys subtracted before quantisation, and the attention adds v̄ to O at the end. Exact:
+// each row of P sums to 1, so P·(V − 1·v̄ᵀ) + v̄ = P·V. It keeps the terms of P̃·V of both signs,
+// whose sum the FP8 tensor cores' short accumulator would otherwise let drift (chapter 09), and a
+// column far from zero no longer spends e4m3's range on its offset.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +53,9 @@ enum class Granularity { tensor, block };
 struct Scheme {
   Granularity granularity = Granularity::tensor;
   bool incoherent = false;
+  bool centre_v = true;      // false: V quantised as it is, v̄ = 0 (the ablation that shows the drift)
   std::string name() const;  // "per_tensor", "per_block", "per_tensor_hadamard", "per_block_hadamard"
+                             // (+ "_uncentred" without centre_v)
 };
 const std::vector<Scheme>& schemes();  // the four, in the chapter's order
 
@@ -74,6 +82,13 @@ struct Quantized {
 // The rows of x (heads × N × d floats) as the kernels see them before quantisation: themselves, or
 // with incoherent processing (signs non-empty) diag(signs)·H·x / √d, in float, as fwht.
 std::vector<float> transform_rows(const std::vector<float>& x, int d, const std::vector<float>& signs);
+// The mean of each column of each head of V (heads × N × d): heads × d floats, summed as the GPU
+// does (quantize.cu): in each block of kScaleRows rows, 8 groups of 16 consecutive rows summed in
+// order, the 8 group sums added in order; the blocks' sums added in order; divided by N. Throws
+// UsageError on NaN or ±inf.
+std::vector<float> column_means(const std::vector<float>& V, int heads, int N, int d);
+// V − v̄ (each head's rows less its column means), in float.
+std::vector<float> centre_columns(const std::vector<float>& V, const std::vector<float>& mean, int heads, int N, int d);
 // Quantises x (already transformed) with one scale per block of kScaleRows rows, or one for all.
 // amax = 0 gives the scale 1 (all bytes 0). Throws UsageError on NaN or ±inf: a scale made from
 // them would turn every value of its group into NaN.

@@ -97,6 +97,7 @@ constexpr int consumer_warpgroups() {
 struct Scales {
   const float *q, *k, *v;  // heads × blocks descales (fp8.hpp)
   int blocks;
+  const float* v_mean;  // heads × D: v̄, added to O by the epilogue (V was centred)
 };
 
 // Shared memory, in bytes from a 1024-aligned base: Q (Br × D), kStages slots of K (Bc × D) and Vᵀ
@@ -526,7 +527,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       constexpr float share = kSumByMma ? 0.25f : 1.0f;
       float mm[1][2] = {{m[0], m[1]}}, ll[1][2] = {{l[0] * share, l[1] * share}};
       fa3::write_output_tma<T, D>(o, mm, ll, pipe.O() + 16 * cwarp * D, &mapO, p, h, warp_row0,
-                                  {sv, kLn2, -8.0f * kLn2});
+                                  {sv, kLn2, -8.0f * kLn2, sc.v_mean + size_t(h) * D});
     }
     if (threadIdx.x % 32 == 0) hopper::bulk_wait<0>();
     if (cwg == 0) wait_turn();
@@ -572,7 +573,8 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const CUtensorMap mapK = fa3::make_tensor_map({in.K, u8, 1, s.d, s.N, s.heads(), s.d, kBc, qk_swizzle});
   const CUtensorMap mapVt = fa3::make_tensor_map({in.Vt, u8, 1, Np, s.d, s.heads(), kBc, s.d, CU_TENSOR_MAP_SWIZZLE_128B});
   const CUtensorMap mapO = fa3::make_tensor_map(O, out == course::Dtype::bf16, s.heads(), s.N, s.d, 16);
-  const Scales sc{in.q_scale, in.k_scale, in.v_scale, (s.N + kScaleRows - 1) / kScaleRows};
+  course::require(in.v_mean != nullptr, "fp8 attention: v_mean (the quantisation's v̄) is needed");
+  const Scales sc{in.q_scale, in.k_scale, in.v_scale, (s.N + kScaleRows - 1) / kScaleRows, in.v_mean};
   const tc::Params p = tc::params(nullptr, nullptr, nullptr, O, L, s.N, s.causal, s.d);
   const unsigned grid = fa3::persistent_grid(s, "fp8", Br);
   int* next_tile = fa3::tile_counter();

@@ -21,14 +21,17 @@
 namespace attention::fp8 {
 
 // The quantised tensors of one problem, on the device. Q and K: heads × N × d bytes; Vt: heads × d ×
-// padded_keys(N) bytes; the descales heads × ⌈N/128⌉ floats each; amax: 3 floats the per-tensor
-// scheme reduces into; bad: the count of NaN or ±inf values the quantisation met (0 when the
-// inputs are finite; check_quantized reads it).
+// padded_keys(N) bytes (of V − v̄); the descales heads × ⌈N/128⌉ floats each; amax: 3 floats the
+// per-tensor scheme reduces into; bad: the count of NaN or ±inf values the quantisation met (0 when
+// the inputs are finite; check_quantized reads it); v_mean: v̄, heads × d floats (0 without
+// centring), which the attention adds to O; v_sums: heads × ⌈N/128⌉ × d floats, the column sums of
+// each block of V's rows, on the way to v̄.
 struct DeviceFp8 {
   std::uint8_t *Q = nullptr, *K = nullptr, *Vt = nullptr;
   float *q_scale = nullptr, *k_scale = nullptr, *v_scale = nullptr;
   float* amax = nullptr;
   int* bad = nullptr;
+  float *v_mean = nullptr, *v_sums = nullptr;
 };
 
 // Q, K, V (16-bit, `t`) into `out` by `scheme`; `signs`: the incoherent processing's d signs.

@@ -46,11 +46,13 @@ double attention_model_bytes(const Shape& s, const Tiles& t) {
   return double(s.heads()) * (double(s.d) * (3.0 * s.N + 2.0 * keys) + 4.0 * s.N);
 }
 // The quantisation's bytes: each 16-bit input read once (per tensor: twice), the bytes written (V
-// as Vᵀ, rows padded to 32 keys), 4 bytes a scale.
+// as Vᵀ, rows padded to 32 keys), 4 bytes a scale; centring V: V read once more, its blocks' column
+// sums written and read, v̄ written and read by every block of V (quantize.cu).
 double quantize_model_bytes(const Shape& s, Scheme scheme) {
   const double n = double(s.elements()), passes = scheme.granularity == Granularity::tensor ? 2.0 : 1.0;
   const double blocks = double(s.heads()) * ((s.N + kScaleRows - 1) / kScaleRows);
-  return 3.0 * 2.0 * n * passes + 2.0 * n + double(s.heads()) * s.d * padded_keys(s.N) + 3.0 * 4.0 * blocks;
+  const double centring = scheme.centre_v ? 2.0 * n + 4.0 * s.d * (3.0 * blocks + s.heads()) : 0.0;
+  return 3.0 * 2.0 * n * passes + 2.0 * n + double(s.heads()) * s.d * padded_keys(s.N) + 3.0 * 4.0 * blocks + centring;
 }
 
 std::string why_no_hopper() {
@@ -338,11 +340,14 @@ int main(int argc, char** argv) {
             auto quantize = [&] { launch_quantize(s, t, scheme, q.signs, dev->q(), dev->k(), dev->v(), b.view()); };
             if (quant) {
               b.Q.poison();
-              bench.measure_gpu(row, quantize, [&] {  // the CPU's bytes, exactly
+              bench.measure_gpu(row, quantize, [&] {  // the CPU's bytes of Q and its v̄, exactly
                 check_quantized(b.view());
                 const auto bytes = b.Q.download();
                 std::vector<double> want(q.Q.bytes.begin(), q.Q.bytes.end());
                 std::vector<float> got(bytes.begin(), bytes.end());
+                const auto mean = b.v_mean.download();
+                want.insert(want.end(), q.v_mean.begin(), q.v_mean.end());
+                got.insert(got.end(), mean.begin(), mean.end());
                 return course::compare(got.data(), want.data(), got.size(), 0.0);
               });
             } else {

@@ -13,9 +13,16 @@
 // amax (atomicMax on the float's bits, which orders non-negative floats as it orders ints), then
 // quantising with that amax: the inputs read twice.
 //
+// V centred (fp8.hpp): before either, V's column means v̄. v_column_sums takes the same blocks of 128
+// rows (each warp's 16 rows summed in order in its lanes, the 8 warps' sums added in order in shared
+// memory), v_column_mean one (head, column) a thread (the blocks' sums added in order, divided by
+// N): fixed orders, so the CPU's column_means gives the same floats, and the quantisation of V
+// subtracts v̄ from each row as it reads it. The price: V read once more.
+//
 // IO (bytes between the SMs and L2, e = 2 for the 16-bit inputs), per tensor of n = B·H·N·d values:
 // per block n·e read + n written (Vᵀ: B·H·d·Np, Np = N rounded up to 32) + 4 bytes a scale block;
-// per tensor another n·e read.
+// per tensor another n·e read; centring V another n·e read of V, its blocks' sums (4·d bytes a
+// block) written and read, v̄ (4·d bytes a head) written and read by each block of V.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -42,6 +49,7 @@ struct Tensors {
   float* scale[3];
   float* amax;  // [3]
   int* bad;
+  const float* v_mean;  // heads × D: subtracted from V's rows
 };
 
 __device__ inline float to_float(__half x) { return __half2float(x); }
@@ -79,7 +87,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint32_t word = (lane * E) / 32 == 0 ? signs.bits[0] : (lane * E) / 32 == 1 ? signs.bits[1]
                         : (lane * E) / 32 == 2 ? signs.bits[2] : signs.bits[3];
   const uint32_t my_signs = word >> ((lane * E) % 32);  // bit i: element lane·E + i
-  const bool transform = kIncoherent && z < 2;  // Q and K; V as it is
+  const bool transform = kIncoherent && z < 2;  // Q and K; V as it is, less v̄
+  float mu[E];
+#pragma unroll
+  for (int i = 0; i < E; ++i) mu[i] = z == 2 ? t.v_mean[size_t(h) * D + lane * E + i] : 0.0f;
   float v[kRowsPerWarp][E];
   float amax = 0.0f;
   int bad = 0;
@@ -90,6 +101,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < E; ++i) v[r][i] = row < N ? to_float(x[size_t(row) * D + lane * E + i]) : 0.0f;
 #pragma unroll
     for (int i = 0; i < E; ++i) bad += !isfinite(v[r][i]);
+#pragma unroll
+    for (int i = 0; i < E; ++i)
+      if (row < N) v[r][i] -= mu[i];  // (padding rows stay 0: no key)
     if (transform) {
 #pragma unroll
       for (int i = 0; i < E; ++i)
@@ -159,6 +173,41 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// The column sums of V's block b of head h (see the top): sums[(h·blocks + b)·D + c].
+template <class T, int D>
+__global__ void __launch_bounds__(kWarps * 32) v_column_sums(const T* V, int N, int blocks, float* sums) {
+  constexpr int E = D / 32;
+  const int b = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* x = V + size_t(h) * N * D;
+  float s[E] = {};
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = b * kScaleRows + warp * kRowsPerWarp + r;
+#pragma unroll
+    for (int i = 0; i < E; ++i) s[i] += row < N ? to_float(x[size_t(row) * D + lane * E + i]) : 0.0f;
+  }
+  __shared__ float part[kWarps][D];
+#pragma unroll
+  for (int i = 0; i < E; ++i) part[warp][lane * E + i] = s[i];
+  __syncthreads();
+  for (int c = threadIdx.x; c < D; c += kWarps * 32) {
+    float block = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) block += part[w][c];
+    sums[(size_t(h) * blocks + b) * D + c] = block;
+  }
+}
+
+// v̄ of one (head, column) a thread: the blocks' sums in order, over N.
+__global__ void v_column_mean(const float* sums, int N, int blocks, int D, int count, float* mean) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;  // h·D + c
+  if (i >= count) return;
+  const int h = i / D, c = i % D;
+  float total = 0.0f;
+  for (int b = 0; b < blocks; ++b) total += sums[(size_t(h) * blocks + b) * D + c];
+  mean[i] = total / float(N);
+}
+
 }  // namespace
 
 void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::vector<float>& signs, const void* Q,
@@ -174,7 +223,9 @@ void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::
       if (signs[c] < 0) bits.bits[c / 32] |= 1u << (c % 32);
   const int blocks = (s.N + kScaleRows - 1) / kScaleRows;
   course::require(s.heads() <= 65535, "stage 09's quantisation: at most 65535 heads (B·H)");
-  const Tensors tensors{{Q, K, V}, {out.Q, out.K, out.Vt}, {out.q_scale, out.k_scale, out.v_scale}, out.amax, out.bad};
+  course::require(out.v_mean != nullptr && out.v_sums != nullptr, "FP8 quantisation: v_mean and v_sums are needed");
+  const Tensors tensors{{Q, K, V}, {out.Q, out.K, out.Vt}, {out.q_scale, out.k_scale, out.v_scale}, out.amax, out.bad,
+                        out.v_mean};
   const bool per_tensor = scheme.granularity == Granularity::tensor;
   const float inv_sqrt_d = 1.0f / std::sqrt(float(s.d));  // the CPU's transform_rows uses the same float
   const dim3 grid(unsigned(blocks), unsigned(s.heads()), 3);
@@ -190,6 +241,16 @@ void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::
   auto with = [&](auto type, auto d) {
     using T = decltype(type);
     constexpr int D = decltype(d)::value;
+    const int count = s.heads() * D;
+    if (scheme.centre_v) {
+      v_column_sums<T, D><<<dim3(unsigned(blocks), unsigned(s.heads())), kWarps * 32>>>(static_cast<const T*>(V), s.N,
+                                                                                          blocks, out.v_sums);
+      CUDA_CHECK_LAUNCH();
+      v_column_mean<<<(count + 255) / 256, 256>>>(out.v_sums, s.N, blocks, D, count, out.v_mean);
+      CUDA_CHECK_LAUNCH();
+    } else {
+      CUDA_CHECK(cudaMemsetAsync(out.v_mean, 0, size_t(count) * sizeof(float)));
+    }
     if (scheme.incoherent) run([](auto amax_only) { return fp8_quantize<T, D, true, decltype(amax_only)::value>; });
     else run([](auto amax_only) { return fp8_quantize<T, D, false, decltype(amax_only)::value>; });
   };

@@ -219,3 +219,56 @@ TEST_CASE("plain FP8 attention: near float64; on outlier inputs per-block scales
     }
   }
 }
+
+TEST_CASE("centring V: the column means as summed in blocks, exact in attention, finer quantisation of an offset V") {
+  const std::uint64_t seed = course::fresh_seed();
+  CAPTURE(seed);
+  for (int N : {1, 77, 128, 300}) {
+    const Shape s{1, 2, N, 64, N % 2 == 0};
+    CAPTURE(N);
+    const auto in = attention::make_inputs(s, Dtype::fp16, seed);  // uniform in [−1, 2): mean 0.5
+    const auto mean = column_means(in.V, s.heads(), N, s.d);
+    // The means: within float's rounding of the float64 mean (N additions of values below 2).
+    for (int h = 0; h < s.heads(); ++h)
+      for (int c = 0; c < s.d; ++c) {
+        double exact = 0;
+        for (int r = 0; r < N; ++r) exact += in.V[(std::size_t(h) * N + r) * s.d + c];
+        exact /= N;
+        CHECK(std::fabs(mean[std::size_t(h) * s.d + c] - exact) <= 2.0 * N * 0x1p-24);
+      }
+    // Exact in attention: softmax(S)·(V − v̄) + v̄ is softmax(S)·V, every row (causal rows too).
+    // (In float64: centre_columns' float subtraction rounds, by up to 2^-24 of a value, which is the
+    // quantisation's business, not the identity's.)
+    const auto centred = centre_columns(in.V, mean, s.heads(), N, s.d);
+    std::vector<double> Vc(in.V.size());
+    for (std::size_t i = 0; i < Vc.size(); ++i) {
+      Vc[i] = double(in.V[i]) - double(mean[i / (std::size_t(N) * s.d) * s.d + i % s.d]);
+      CHECK(std::fabs(centred[i] - Vc[i]) <= std::fabs(Vc[i]) * 0x1p-24);
+    }
+    const auto ref = attention_f64(s, to_double(in.Q), to_double(in.K), to_double(in.V));
+    const auto shifted = attention_f64(s, to_double(in.Q), to_double(in.K), Vc);
+    double worst = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i)
+      worst = std::max(worst, std::fabs(shifted[i] + mean[i / (std::size_t(N) * s.d) * s.d + i % s.d] - ref[i]));
+    CHECK(worst < 1e-12);
+  }
+  // Finer: V of mean 0.5 per tensor, plain FP8 with V centred has a smaller error than without (the
+  // offset no longer takes e4m3's range), and both schemes quantise Q and K alike.
+  const Shape s{1, 2, 512, 128, false};
+  const auto in = attention::make_inputs(s, Dtype::fp16, seed);
+  const auto ref = attention_f64(s, to_double(in.Q), to_double(in.K), to_double(in.V));
+  Scheme uncentred = schemes().front();
+  uncentred.centre_v = false;
+  CHECK(uncentred.name() == "per_tensor_uncentred");
+  const auto qc = quantize_inputs(s, in.Q, in.K, in.V, schemes().front(), seed);
+  const auto qu = quantize_inputs(s, in.Q, in.K, in.V, uncentred, seed);
+  CHECK(qc.Q.bytes == qu.Q.bytes);
+  CHECK(std::all_of(qu.v_mean.begin(), qu.v_mean.end(), [](float m) { return m == 0.0f; }));
+  const auto ec = errors(plain_fp8(s, qc, Dtype::fp16), ref), eu = errors(plain_fp8(s, qu, Dtype::fp16), ref);
+  INFO("rmse centred " << ec.rmse << ", uncentred " << eu.rmse);
+  CHECK(ec.rmse < eu.rmse);
+  // NaN or inf in V: refused with the quantisation's message.
+  auto bad = in.V;
+  bad[5] = NAN;
+  CHECK_THROWS_AS(column_means(bad, s.heads(), s.N, s.d), course::UsageError);
+}
