@@ -41,7 +41,7 @@ float from_e4m3(std::uint8_t b) {
 
 std::string Scheme::name() const {
   return std::string(granularity == Granularity::tensor ? "per_tensor" : "per_block") + (incoherent ? "_hadamard" : "") +
-         (centre_v ? "" : "_uncentred");
+         (centre_v ? "_centred" : "");
 }
 
 const std::vector<Scheme>& schemes() {
@@ -50,6 +50,11 @@ const std::vector<Scheme>& schemes() {
                                           {Granularity::tensor, true},
                                           {Granularity::block, true}};
   return all;
+}
+
+Scheme centred(Scheme s) {
+  s.centre_v = true;
+  return s;
 }
 
 std::vector<float> random_signs(int d, std::uint64_t seed) {

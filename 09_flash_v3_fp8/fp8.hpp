@@ -19,11 +19,12 @@
 // Whatever the scheme, the scales are stored a block apiece (per tensor: the same value in every
 // block), so that the attention kernel is one kernel for all four.
 //
-// V centred (every scheme, unless centre_v is false): each column c of a head's V has its mean v̄_c
+// V centred (centre_v, the schemes' "_centred" form): each column c of a head's V has its mean v̄_c
 // over the N keys subtracted before quantisation, and the attention adds v̄ to O at the end. Exact:
 // each row of P sums to 1, so P·(V − 1·v̄ᵀ) + v̄ = P·V. It keeps the terms of P̃·V of both signs,
-// whose sum the FP8 tensor cores' short accumulator would otherwise let drift (chapter 09), and a
-// column far from zero no longer spends e4m3's range on its offset.
+// whose sum the FP8 tensor cores' short accumulator lets drift when one accumulator takes all N
+// keys: the experiment O on the tensor cores needs it (chapter 09). The default kernel, whose fresh
+// accumulator a key block does not drift, does not, and its quantisation skips the extra pass.
 #pragma once
 
 #include <cstdint>
@@ -53,11 +54,12 @@ enum class Granularity { tensor, block };
 struct Scheme {
   Granularity granularity = Granularity::tensor;
   bool incoherent = false;
-  bool centre_v = true;      // false: V quantised as it is, v̄ = 0 (the ablation that shows the drift)
+  bool centre_v = false;     // true: V − v̄ quantised, v̄ added to O (O on the tensor cores needs it)
   std::string name() const;  // "per_tensor", "per_block", "per_tensor_hadamard", "per_block_hadamard"
-                             // (+ "_uncentred" without centre_v)
+                             // (+ "_centred" with centre_v)
 };
-const std::vector<Scheme>& schemes();  // the four, in the chapter's order
+const std::vector<Scheme>& schemes();  // the four, in the chapter's order (V not centred)
+Scheme centred(Scheme s);              // the same with centre_v
 
 // d random signs ±1 (the incoherent processing's diagonal), from `seed`.
 std::vector<float> random_signs(int d, std::uint64_t seed);

@@ -67,8 +67,10 @@ std::string why_no_hopper() {
 
 Scheme scheme_named(const std::string& name) {
   for (const Scheme& s : schemes())
-    if (s.name() == name) return s;
-  throw course::UsageError("no scheme '" + name + "' (per_tensor, per_block, per_tensor_hadamard, per_block_hadamard)");
+    for (const Scheme& form : {s, centred(s)})
+      if (form.name() == name) return form;
+  throw course::UsageError("no scheme '" + name +
+                           "' (per_tensor, per_block, per_tensor_hadamard, per_block_hadamard, each + _centred)");
 }
 
 // --accuracy: FA-3's table. For N(0, 1) inputs and its outlier inputs, the RMSE and the largest
@@ -216,11 +218,14 @@ int main(int argc, char** argv) {
     // in registers or through shared memory at every d (the default: shared memory at d = 128 only);
     // fp8_<scheme>_fadd, the row sum by FADDs (the kernel before the tensor cores summed it);
     // fp8_<scheme>_acc2, _acc3 and _lazy3, the experiment: O accumulated on the tensor cores (no fresh
-    // accumulator), 2 consumer warpgroups (d = 128 only) or 3, and 3 with the lazy rescale.
+    // accumulator), 2 consumer warpgroups (d = 128 only) or 3, and 3 with the lazy rescale; these
+    // quantise V centred, and quant_<scheme>_centred times that quantisation.
     std::vector<std::string> known = variants;
     const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3"};
-    for (const Scheme& s : schemes())
+    for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
+      known.push_back("quant_" + centred(s).name());
+    }
     course::finish_common_options(options, known);
     require_supported(base);
     std::vector<Dtype> dtypes;
@@ -305,7 +310,9 @@ int main(int argc, char** argv) {
             continue;
           }
           const bool quant = name.rfind("quant_", 0) == 0;
-          const Scheme scheme = scheme_named(name.substr(quant ? 6 : 4, name.size() - (quant ? 6 : 4) - suffix));
+          // O on the tensor cores takes V centred (fp8.hpp): its rows quantise so.
+          Scheme scheme = scheme_named(name.substr(quant ? 6 : 4, name.size() - (quant ? 6 : 4) - suffix));
+          if (acc_wg != 0) scheme.centre_v = true;
           if (!quantized.count(scheme.name())) {
             bench.progress(problem, scheme.name() + ": the CPU's quantisation");
             quantized.emplace(scheme.name(), quantize_inputs(s, in.Q, in.K, in.V, scheme, options.seed));
@@ -373,7 +380,8 @@ int main(int argc, char** argv) {
     notes.insert(notes.begin(),
                  {std::string("08_") + kStage08Rung + ": stage 08's last rung (fp16/bf16) on the same inputs",
                   "quant_*: the quantisation kernels alone (Q, K, V to e4m3, V written as V^T); its check: the GPU's "
-                  "bytes of Q equal the CPU's",
+                  "bytes of Q (and v-bar, when centred) equal the CPU's; quant_*_centred: with V centred (V's column "
+                  "means first, V - v-bar quantised)",
                   "fp8_*: the FP8 attention on the quantised inputs; max rel err: O against float64 on the 16-bit "
                   "inputs, held to twice plain FP8's error (and L likewise); counted IO: n/a (no CPU count for FP8)",
                   "model: bytes between the SMs and L2 (1-byte Q, K, V; O in the dtype; L)"});
@@ -390,8 +398,8 @@ int main(int argc, char** argv) {
                       "before P~ went through shared memory at d = 128)");
     if (named("_acc2") || named("_acc3") || named("_lazy3"))
       notes.push_back("fp8_*_acc2, _acc3, _lazy3: the experiment: O accumulated on the tensor cores across key blocks "
-                      "(FA-3's way; l by FADDs), 2 or 3 consumer warpgroups, _lazy3 with the lazy rescale; O drifts "
-                      "low on inputs whose mean is not 0");
+                      "(FA-3's way; l by FADDs), 2 or 3 consumer warpgroups, _lazy3 with the lazy rescale; V centred "
+                      "by their quantisation (without it O drifts low on inputs whose mean is not 0)");
     if (named("_psmem"))
       notes.push_back("fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
                       "only)");

@@ -257,11 +257,9 @@ TEST_CASE("centring V: the column means as summed in blocks, exact in attention,
   const Shape s{1, 2, 512, 128, false};
   const auto in = attention::make_inputs(s, Dtype::fp16, seed);
   const auto ref = attention_f64(s, to_double(in.Q), to_double(in.K), to_double(in.V));
-  Scheme uncentred = schemes().front();
-  uncentred.centre_v = false;
-  CHECK(uncentred.name() == "per_tensor_uncentred");
-  const auto qc = quantize_inputs(s, in.Q, in.K, in.V, schemes().front(), seed);
-  const auto qu = quantize_inputs(s, in.Q, in.K, in.V, uncentred, seed);
+  CHECK(centred(schemes().front()).name() == "per_tensor_centred");
+  const auto qc = quantize_inputs(s, in.Q, in.K, in.V, centred(schemes().front()), seed);
+  const auto qu = quantize_inputs(s, in.Q, in.K, in.V, schemes().front(), seed);
   CHECK(qc.Q.bytes == qu.Q.bytes);
   CHECK(std::all_of(qu.v_mean.begin(), qu.v_mean.end(), [](float m) { return m == 0.0f; }));
   const auto ec = errors(plain_fp8(s, qc, Dtype::fp16), ref), eu = errors(plain_fp8(s, qu, Dtype::fp16), ref);

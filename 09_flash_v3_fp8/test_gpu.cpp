@@ -212,8 +212,8 @@ TEST_CASE("the experiment fp8_*_acc2, _acc3, _lazy3 (O on the tensor cores) keep
             continue;
           }
           for (const Scheme& scheme : schemes()) {
-            check(s, Dtype::fp16, zero_mean, scheme, seed);
-            check(s, Dtype::fp16, offset, scheme, seed);
+            check(s, Dtype::fp16, zero_mean, centred(scheme), seed);
+            check(s, Dtype::fp16, offset, centred(scheme), seed);
           }
         }
   }
@@ -256,9 +256,7 @@ TEST_CASE("O on the tensor cores drifts low on inputs of mean 0.5 at N = 4096 un
       for (int c = 0; c < d; ++c, ++i) diff += got.O[size_t(r) * d + c] - ref[i], size += std::fabs(ref[i]);
     return diff / size;
   };
-  Scheme uncentred = schemes().front();
-  uncentred.centre_v = false;
-  for (const Scheme& scheme : {uncentred, schemes().front()}) {
+  for (const Scheme& scheme : {schemes().front(), centred(schemes().front())}) {
     const std::string name = scheme.name();
     CAPTURE(name);
     const double fresh = bias(run(s, Dtype::fp16, in, scheme, seed));
@@ -285,7 +283,7 @@ TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes and emp
       auto xh = course::round_in_place(Dtype::fp16, x);
       course::DeviceBuffer<std::uint16_t> Q(in.Qh), K(where == 1 ? xh : in.Kh), V(where == 2 ? xh : in.Vh);
       Fp8Buffers q(s);
-      for (const Scheme& scheme : schemes()) {
+      for (const Scheme& scheme : {schemes()[0], schemes()[3], centred(schemes()[0]), centred(schemes()[3])}) {
         CAPTURE(where);
         launch_quantize(s, Dtype::fp16, scheme, random_signs(64, 1), Q.get(), K.get(), V.get(), q.view());
         CHECK_THROWS_AS(check_quantized(q.view()), course::UsageError);
