@@ -76,7 +76,7 @@ __device__ inline void fwht_row(float (&x)[E], int lane) {
     }
 }
 
-template <class T, int D, bool kIncoherent, bool kAmaxOnly>
+template <class T, int D, bool kIncoherent, bool kAmaxOnly, bool kCentreV>
 __global__ void __launch_bounds__(kWarps * 32)
     fp8_quantize(Tensors t, int N, int blocks, bool per_tensor, SignBits signs, float inv_sqrt_d) {
   constexpr int E = D / 32;
@@ -88,9 +88,9 @@ __global__ void __launch_bounds__(kWarps * 32)
                         : (lane * E) / 32 == 2 ? signs.bits[2] : signs.bits[3];
   const uint32_t my_signs = word >> ((lane * E) % 32);  // bit i: element lane·E + i
   const bool transform = kIncoherent && z < 2;  // Q and K; V as it is, less v̄
-  float mu[E];
+  float mu[E];  // kCentreV: V's column means, subtracted (the other tensors, or without centring: none)
 #pragma unroll
-  for (int i = 0; i < E; ++i) mu[i] = z == 2 ? t.v_mean[size_t(h) * D + lane * E + i] : 0.0f;
+  for (int i = 0; i < E; ++i) mu[i] = kCentreV && z == 2 ? t.v_mean[size_t(h) * D + lane * E + i] : 0.0f;
   float v[kRowsPerWarp][E];
   float amax = 0.0f;
   int bad = 0;
@@ -101,9 +101,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < E; ++i) v[r][i] = row < N ? to_float(x[size_t(row) * D + lane * E + i]) : 0.0f;
 #pragma unroll
     for (int i = 0; i < E; ++i) bad += !isfinite(v[r][i]);
+    if (kCentreV && z == 2 && row < N)  // (padding rows stay 0: no key)
 #pragma unroll
-    for (int i = 0; i < E; ++i)
-      if (row < N) v[r][i] -= mu[i];  // (padding rows stay 0: no key)
+      for (int i = 0; i < E; ++i) v[r][i] -= mu[i];
     if (transform) {
 #pragma unroll
       for (int i = 0; i < E; ++i)
@@ -251,8 +251,14 @@ void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::
     } else {
       CUDA_CHECK(cudaMemsetAsync(out.v_mean, 0, size_t(count) * sizeof(float)));
     }
-    if (scheme.incoherent) run([](auto amax_only) { return fp8_quantize<T, D, true, decltype(amax_only)::value>; });
-    else run([](auto amax_only) { return fp8_quantize<T, D, false, decltype(amax_only)::value>; });
+    // The four kernels: with or without the transform, V centred or not (an amax-only form of each).
+    if (scheme.incoherent && scheme.centre_v)
+      run([](auto amax_only) { return fp8_quantize<T, D, true, decltype(amax_only)::value, true>; });
+    else if (scheme.incoherent)
+      run([](auto amax_only) { return fp8_quantize<T, D, true, decltype(amax_only)::value, false>; });
+    else if (scheme.centre_v)
+      run([](auto amax_only) { return fp8_quantize<T, D, false, decltype(amax_only)::value, true>; });
+    else run([](auto amax_only) { return fp8_quantize<T, D, false, decltype(amax_only)::value, false>; });
   };
   const bool half = t == course::Dtype::fp16;
   if (s.d == 64) half ? with(__half{}, std::integral_constant<int, 64>{}) : with(__nv_bfloat16{}, std::integral_constant<int, 64>{});
