@@ -48,8 +48,10 @@
 //    registers, enough for three consumer warpgroups at d = 128 (160 registers a thread; Br = 192, 3
 //    stages). Measured (H100, d = 128, against the default): two warpgroups 0.85-0.95x over three
 //    runs (adding into o costs more than the promote did), three 1.00-1.07x, three with the lazy
-//    rescale (kLazy) 1.04-1.10x; O drifts low on inputs of mean 0.5 (its largest error 3.5 % at
-//    N = 4096, 12-13 % at 16384), not on zero-mean ones. So it is not the default (chapter 09).
+//    rescale (kLazy) 1.04-1.10x, and in a later run 1.00-1.05x. With V as it is O drifts low on
+//    inputs of mean 0.5 (its largest error 3.5 % at N = 4096, 12-13 % at 16384); with V centred by
+//    the quantisation (Scheme::centre_v, which these ablations use) it does not. A gain within two
+//    runs' disagreement: not the default (chapter 09).
 //
 // IO: stage 06's model with 1-byte Q, K and V (and Vᵀ's rows padded to 32 keys): O and L as before.
 #include <algorithm>

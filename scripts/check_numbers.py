@@ -2215,6 +2215,29 @@ def _(row, D, F):
             "three": otc09(F, "acc3", d, N, c), "three, lazy rescale": otc09(F, "lazy3", d, N, c)}
 
 
+def otc09c(F, variant, d, N, causal, scheme="per_tensor"):
+    """o_on_tensor_cores_centred.csv (V centred for every kernel): the default's median ms over the variant's."""
+    ms = {}
+    for r in F["stage09_otc_centred"]:
+        it = dict(x.split("=", 1) for x in r["shape"].split())
+        if (int(it["d"]), int(it["N"]), int(it["causal"])) == (d, N, int(causal)):
+            ms.setdefault(r["variant"], []).append(float(r["ms"]))
+    base, name = "fp8_" + scheme, "fp8_" + scheme + "_" + variant
+    if name not in ms:
+        return NoNumber()
+    return statistics.median(ms[base]) / statistics.median(ms[name])
+
+
+@spec("ch09-o-tc-centred", CH09)
+def _(row, D, F):
+    cell = row["cell"]
+    d = 64 if "d = 64" in cell else 128
+    N = 16384 if "16384" in cell else 4096
+    c = "causal" in cell
+    scheme = "per_block_hadamard" if "Hadamard" in cell else "per_tensor"
+    return {"lazy3 / default": otc09c(F, "lazy3", d, N, c, scheme), "acc3 / default": otc09c(F, "acc3", d, N, c, scheme)}
+
+
 def build09(F, build, d, N):
     """micro_and_barrier_order.csv: the median ms of one build's rounds, non-causal, per tensor."""
     x = [float(r["ms"]) for r in F["stage09_micro"] if r["build"] == build and f"N={N} d={d} causal=0" in r["shape"]]
@@ -2283,6 +2306,7 @@ def run(root):
         "stage09_prev": Data(os.path.join(root, STAGE09, "main_job_row_sum.csv")),  # the main job before it
         "stage09_psmem": read_simple_csv(os.path.join(root, STAGE09, "p_smem.csv")),
         "stage09_otc": read_simple_csv(os.path.join(root, STAGE09, "o_on_tensor_cores.csv")),
+        "stage09_otc_centred": read_simple_csv(os.path.join(root, STAGE09, "o_on_tensor_cores_centred.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
