@@ -59,7 +59,8 @@ void set_p_operand(POperand where);
 // key blocks (no fresh accumulator, as FlashAttention-3), l by FADDs, with 2 (d = 128 only) or 3
 // consumer warpgroups, and with 3 optionally the lazy rescale (m moves only when a block's max passes
 // it by more than 0.8 in log₂ units, and o's rescale is skipped while its factors are 1). 0 (the
-// default): off. O drifts on inputs whose mean is not 0 (chapter 09).
+// default): off. O drifts low on inputs whose mean is not 0 unless V is centred (Scheme::centre_v,
+// which the program's rows and the tests use with it; chapter 09).
 void set_o_on_tensor_cores(int warpgroups, bool lazy = false);
 
 }  // namespace attention::fp8

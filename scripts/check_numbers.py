@@ -2187,15 +2187,26 @@ def _(row, D, F):
              "causal, N = 16384": (16384, 1)}.items()}
 
 
+def rounds09(rows, d, N, causal):
+    """The ms of every round of each variant in one cell of a run's rows (the experiment's CSVs)."""
+    ms = {}
+    for r in rows:
+        it = dict(x.split("=", 1) for x in r["shape"].split())
+        if (int(it["d"]), int(it["N"]), int(it["causal"])) == (d, N, int(causal)):
+            ms.setdefault(r["variant"], []).append(float(r["ms"]))
+    return ms
+
+
+def otc_cell09(cell):
+    """'d = 128, causal, N = 4096' (the experiment's tables, d = 128 unless named) -> (d, N, causal)."""
+    return (64 if "d = 64" in cell else 128, 16384 if "16384" in cell else 4096, "causal" in cell)
+
+
 def otc09(F, variant, d, N, causal):
     """o_on_tensor_cores.csv, the experiment O on the tensor cores: for the default (variant None) its
     median ms and the fastest and slowest of its rounds; for a variant the speed against the default
     (the default's median ms over the variant's), then the variant's median, fastest and slowest ms."""
-    ms = {}
-    for r in F["stage09_otc"]:
-        it = dict(x.split("=", 1) for x in r["shape"].split())
-        if (int(it["d"]), int(it["N"]), int(it["causal"])) == (d, N, int(causal)):
-            ms.setdefault(r["variant"], []).append(float(r["ms"]))
+    ms = rounds09(F["stage09_otc"], d, N, causal)
     base = ms["fp8_per_tensor"]
     if variant is None:
         return [statistics.median(base), min(base), max(base)]
@@ -2207,21 +2218,14 @@ def otc09(F, variant, d, N, causal):
 
 @spec("ch09-o-tc", CH09)
 def _(row, D, F):
-    cell = row["cell"]
-    d = 64 if "d = 64" in cell else 128
-    N = 16384 if "16384" in cell else 4096
-    c = "causal" in cell
+    d, N, c = otc_cell09(row["cell"])
     return {"default: ms (min–max)": otc09(F, None, d, N, c), "two warpgroups": otc09(F, "acc2", d, N, c),
             "three": otc09(F, "acc3", d, N, c), "three, lazy rescale": otc09(F, "lazy3", d, N, c)}
 
 
 def otc09c(F, variant, d, N, causal, scheme="per_tensor"):
     """o_on_tensor_cores_centred.csv (V centred for every kernel): the default's median ms over the variant's."""
-    ms = {}
-    for r in F["stage09_otc_centred"]:
-        it = dict(x.split("=", 1) for x in r["shape"].split())
-        if (int(it["d"]), int(it["N"]), int(it["causal"])) == (d, N, int(causal)):
-            ms.setdefault(r["variant"], []).append(float(r["ms"]))
+    ms = rounds09(F["stage09_otc_centred"], d, N, causal)
     base, name = "fp8_" + scheme, "fp8_" + scheme + "_" + variant
     if name not in ms:
         return NoNumber()
@@ -2230,11 +2234,8 @@ def otc09c(F, variant, d, N, causal, scheme="per_tensor"):
 
 @spec("ch09-o-tc-centred", CH09)
 def _(row, D, F):
-    cell = row["cell"]
-    d = 64 if "d = 64" in cell else 128
-    N = 16384 if "16384" in cell else 4096
-    c = "causal" in cell
-    scheme = "per_block_hadamard" if "Hadamard" in cell else "per_tensor"
+    d, N, c = otc_cell09(row["cell"])
+    scheme = "per_block_hadamard" if "Hadamard" in row["cell"] else "per_tensor"
     return {"lazy3 / default": otc09c(F, "lazy3", d, N, c, scheme), "acc3 / default": otc09c(F, "acc3", d, N, c, scheme)}
 
 
