@@ -128,10 +128,23 @@ __device__ inline int swizzle128(int r, int c) {
 // N = 72 and 136 (stage 09's P̃·V with a row of ones appended to Vᵀ: d + 8 columns, the last 8 the
 // row sums): 36 and 68 floats.
 #define HOPPER_ACC36(d) HOPPER_ACC32(d), HOPPER_ACC4(d, 8)
+// N = 256 (stage 09's wide key blocks: S = Q·Kᵀ for 256 keys): 128 floats.
+#define HOPPER_ACC128(d) HOPPER_ACC64(d), HOPPER_ACC4(d, 16), HOPPER_ACC4(d, 17), HOPPER_ACC4(d, 18),        \
+    HOPPER_ACC4(d, 19), HOPPER_ACC4(d, 20), HOPPER_ACC4(d, 21), HOPPER_ACC4(d, 22), HOPPER_ACC4(d, 23), \
+    HOPPER_ACC4(d, 24), HOPPER_ACC4(d, 25), HOPPER_ACC4(d, 26), HOPPER_ACC4(d, 27), HOPPER_ACC4(d, 28), \
+    HOPPER_ACC4(d, 29), HOPPER_ACC4(d, 30), HOPPER_ACC4(d, 31)
 #define HOPPER_ACC68(d) HOPPER_ACC64(d), HOPPER_ACC4(d, 16)
 #define HOPPER_REGS36                                                                                   \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}"
+#define HOPPER_REGS128                                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+  "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, " \
+  "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, " \
+  "%97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, " \
+  "%113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 #define HOPPER_REGS68                                                                                   \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
@@ -200,8 +213,9 @@ __device__ inline void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], ui
                : __VA_ARGS__, "l"(desc_b), "r"(int(accumulate)))
 template <int N>
 __device__ inline void wgmma_ss_e4m3(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  static_assert(N == 64 || N == 72 || N == 128 || N == 136, "wgmma_ss_e4m3: N = 64, 72, 128 or 136");
+  static_assert(N == 64 || N == 72 || N == 128 || N == 136 || N == 256, "wgmma_ss_e4m3: N = 64, 72, 128, 136 or 256");
   if constexpr (N == 64) HOPPER_WGMMA_E4M3(64, HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "l"(desc_a));
+  else if constexpr (N == 256) HOPPER_WGMMA_E4M3(256, HOPPER_REGS128, HOPPER_ACC128(d), "%128", "%129", "%130", "l"(desc_a));
   else if constexpr (N == 72) HOPPER_WGMMA_E4M3(72, HOPPER_REGS36, HOPPER_ACC36(d), "%36", "%37", "%38", "l"(desc_a));
   else if constexpr (N == 136) HOPPER_WGMMA_E4M3(136, HOPPER_REGS68, HOPPER_ACC68(d), "%68", "%69", "%70", "l"(desc_a));
   else HOPPER_WGMMA_E4M3(128, HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "l"(desc_a));

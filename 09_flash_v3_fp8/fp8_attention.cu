@@ -106,29 +106,34 @@ struct Scales {
 // (D × Bc), O's staging (Br × D 16-bit values: written out by TMA stores), then the barriers and
 // the two tile numbers. Every tile is 1024-byte aligned (the swizzle's atom).
 // kOnes (the row sum by the tensor cores): each slot also holds 8 rows of Bc ones after Vᵀ's D rows.
-// kP (P̃ through shared memory): after O's staging, two tiles of 64 × Bc bytes a consumer warpgroup,
-// where its P̃ of alternate key blocks is written for P̃·V to read.
-template <int D, int kStages, int kBr, bool kOnes, bool kP>
+// kP (P̃ through shared memory): after O's staging, two tiles of 64 × Bc bytes a consumer
+// warpgroup, where its P̃ of alternate key blocks is written for P̃·V to read.
+// Bc = 256 (the wide rung): Vᵀ's 256 key bytes a row are two tiles of D rows × 128 bytes (the
+// 128-byte swizzle's rows are 128 bytes), each with its 8 rows of ones; P̃'s tile likewise two of
+// 64 × 128. kStageInP: no region for O's staging (the wide rung stages O in its first P̃ tile).
+// At Bc = 128 the layout is the one above.
+template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false>
 struct Smem {
-  static constexpr int kQ = 0, kKV = kBr * D, kSlot = 2 * kBc * D + (kOnes ? 8 * kBc : 0);
+  static constexpr int kVtHalf = (D + (kOnes ? 8 : 0)) * 128;  // one 128-key tile of Vᵀ (and its ones)
+  static constexpr int kQ = 0, kKV = kBr * D, kSlot = Bc * D + (Bc / 128) * kVtHalf;
   static constexpr int kO = kKV + kStages * kSlot;
-  static constexpr int kPt = kO + kBr * D * 2;
-  static constexpr int kBar = kPt + (kP ? 2 * kBr * kBc : 0);
+  static constexpr int kPt = kO + (kStageInP ? 0 : kBr * D * 2);
+  static constexpr int kBar = kPt + (kP ? 2 * kBr * Bc : 0);
   static constexpr size_t kBytes = size_t(kBar) + 8 * (2 + 4 * kStages + 1) + 1024;
 };
 
 // Rung 6's pipeline (fa3_common.cuh's Pipeline, for one Q slot and its own staging) in bytes: the
 // same barriers, phases and protocol; Vᵀ's copy takes the key block's columns of D rows.
-template <int D, int kStages, int kBr, bool kOnes, bool kP>
+template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false>
 struct Pipeline {
-  using L = Smem<D, kStages, kBr, kOnes, kP>;
+  using L = Smem<D, kStages, kBr, kOnes, kP, Bc, kStageInP>;
   uint8_t* smem;
   __device__ uint8_t* Q() const { return smem + L::kQ; }
   __device__ uint8_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
-  __device__ uint8_t* Vt(int it) const { return K(it) + kBc * D; }
+  __device__ uint8_t* Vt(int it) const { return K(it) + Bc * D; }
   __device__ uint16_t* O() const { return reinterpret_cast<uint16_t*>(smem + L::kO); }
   // Consumer warpgroup c's P̃ tile for key blocks of parity `it & 1` (64 rows × Bc bytes).
-  __device__ uint8_t* P(int c, int it) const { return smem + L::kPt + (2 * c + (it & 1)) * 64 * kBc; }
+  __device__ uint8_t* P(int c, int it) const { return smem + L::kPt + (2 * c + (it & 1)) * 64 * Bc; }
   __device__ uint64_t* bar(int k) const { return reinterpret_cast<uint64_t*>(smem + L::kBar) + k; }
   __device__ uint64_t* q_full() const { return bar(0); }
   __device__ uint64_t* q_empty() const { return bar(1); }
@@ -145,8 +150,10 @@ struct Pipeline {
   // the __syncthreads() after init orders it before any wgmma.
   __device__ void fill_ones() const {
     if constexpr (kOnes) {
-      for (int i = threadIdx.x; i < kStages * 2 * kBc; i += blockDim.x)
-        reinterpret_cast<uint32_t*>(Vt(i / (2 * kBc)) + kBc * D)[i % (2 * kBc)] = 0x38383838u;
+      constexpr int kWords = 8 * 128 / 4, kTiles = kStages * (Bc / 128);  // a tile's ones, in 32-bit words
+      for (int i = threadIdx.x; i < kTiles * kWords; i += blockDim.x)
+        reinterpret_cast<uint32_t*>(Vt(i / kWords / (Bc / 128)) + (i / kWords) % (Bc / 128) * L::kVtHalf +
+                                    128 * D)[i % kWords] = 0x38383838u;
       hopper::fence_proxy_async();
     }
   }
@@ -169,11 +176,13 @@ struct Pipeline {
     hopper::tma_load_3d(Q(), mapQ, q_full(), 0, row0, h);
     for (int j = blocks - 1; j >= 0; --j, ++it) {
       hopper::mbarrier_wait(k_empty(it), phase(it) ^ 1);
-      hopper::mbarrier_arrive_expect_tx(k_full(it), kBc * D);
-      hopper::tma_load_3d(K(it), mapK, k_full(it), 0, j * kBc, h);
+      hopper::mbarrier_arrive_expect_tx(k_full(it), Bc * D);
+      hopper::tma_load_3d(K(it), mapK, k_full(it), 0, j * Bc, h);
       hopper::mbarrier_wait(v_empty(it), phase(it) ^ 1);
-      hopper::mbarrier_arrive_expect_tx(v_full(it), kBc * D);
-      hopper::tma_load_3d(Vt(it), mapVt, v_full(it), j * kBc, 0, h);  // columns j·Bc.. of Vᵀ's D rows
+      hopper::mbarrier_arrive_expect_tx(v_full(it), Bc * D);
+#pragma unroll
+      for (int x = 0; x < Bc / 128; ++x)  // columns j·Bc + 128x.. of Vᵀ's D rows
+        hopper::tma_load_3d(Vt(it) + x * L::kVtHalf, mapVt, v_full(it), j * Bc + 128 * x, 0, h);
     }
     return it;
   }
@@ -191,14 +200,15 @@ struct Pipeline {
 
 // S = Q·K_jᵀ for warpgroup wg's 64 rows: D/32 wgmma's of 64 × Bc × 32, both operands K-major, rows
 // of D bytes in the D-byte swizzle (128 bytes: mode 1, SBO 1024; 64 bytes: mode 2, SBO 512).
-template <int D>
-__device__ void issue_qk(float (&S)[kBc / 8][4], uint32_t Qs, int wg, uint32_t Ks) {
+// Bc = 256 (the wide rung): one wgmma of 64 × 256 × 32 a step, K's 256 rows in the same swizzle.
+template <int D, int Bc = kBc>
+__device__ void issue_qk(float (&S)[Bc / 8][4], uint32_t Qs, int wg, uint32_t Ks) {
   constexpr uint32_t swizzle = D == 128 ? 1 : 2, sbo = 8 * D;
   const uint64_t q = hopper::make_desc(Qs + wg * 64 * D, 0, sbo, swizzle);
   const uint64_t k = hopper::make_desc(Ks, 0, sbo, swizzle);
 #pragma unroll
   for (int s = 0; s < D / 32; ++s)
-    hopper::wgmma_ss_e4m3<kBc>(S, hopper::desc_advance(q, 32 * s), hopper::desc_advance(k, 32 * s), s > 0);
+    hopper::wgmma_ss_e4m3<Bc>(S, hopper::desc_advance(q, 32 * s), hopper::desc_advance(k, 32 * s), s > 0);
 }
 
 // o_j = P̃·V_j, a fresh accumulator (the first step does not add): Bc/32 wgmma's of 64 × NV × 32, P̃
@@ -217,13 +227,18 @@ __device__ void issue_pv(float (&o)[NV / 8][4], const uint32_t (&P)[kBc / 32][4]
     hopper::wgmma_rs_e4m3<NV>(o, P[s], hopper::desc_advance(v, 32 * s), s > 0 || !fresh);
 }
 // The same with P̃ from shared memory (kPSmem): the warpgroup's 64 rows of Bc bytes (K-major, the
-// 128-byte swizzle, as Q at d = 128), written by store_p.
-template <int NV>
+// 128-byte swizzle, as Q at d = 128), written by store_p. Bc = 256: steps 4..7 read the second
+// 128-key tiles of P̃ and of Vᵀ (kVtHalf bytes on: Smem's).
+template <int NV, int Bc = kBc, int kVtHalf = 0>
 __device__ void issue_pv(float (&o)[NV / 8][4], uint32_t Ps, uint32_t Vts, bool fresh) {
-  const uint64_t a = hopper::make_desc(Ps, 0, 1024, 1), v = hopper::make_desc(Vts, 0, 1024, 1);
 #pragma unroll
-  for (int s = 0; s < kBc / 32; ++s)
-    hopper::wgmma_ss_e4m3<NV>(o, hopper::desc_advance(a, 32 * s), hopper::desc_advance(v, 32 * s), s > 0 || !fresh);
+  for (int x = 0; x < Bc / 128; ++x) {
+    const uint64_t a = hopper::make_desc(Ps + x * 64 * 128, 0, 1024, 1), v = hopper::make_desc(Vts + x * kVtHalf, 0, 1024, 1);
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+      hopper::wgmma_ss_e4m3<NV>(o, hopper::desc_advance(a, 32 * s), hopper::desc_advance(v, 32 * s),
+                                x > 0 || s > 0 || !fresh);
+  }
 }
 // o = o · a + o_j, in fp32: the running sum rescaled (a: the rescale that o owed, and V's descale
 // step) and the block's sum added, one FFMA a value (stage 08's rescale was one FMUL). oj may have a
@@ -238,9 +253,10 @@ __device__ void promote(float (&o)[DT][4], const float (&oj)[DJ][4], const float
 
 // P̃ (fp32, S's accumulator layout) as the e4m3 A operand of P·V: step s (keys 32s..32s+31) from
 // column tiles 4s..4s+3; each register the 4 values a thread holds of one row in two tiles.
-__device__ inline void pack_p(const float (&S)[kBc / 8][4], uint32_t (&P)[kBc / 32][4]) {
+template <int Bc = kBc>
+__device__ inline void pack_p(const float (&S)[Bc / 8][4], uint32_t (&P)[Bc / 32][4]) {
 #pragma unroll
-  for (int s = 0; s < kBc / 32; ++s) {
+  for (int s = 0; s < Bc / 32; ++s) {
     const float(&a)[4] = S[4 * s], (&b)[4] = S[4 * s + 1], (&c)[4] = S[4 * s + 2], (&d)[4] = S[4 * s + 3];
     P[s][0] = hopper::pack_e4m3(a[0], a[1], b[0], b[1]);  // row g,     keys 2t, 2t+1, 8+2t, 9+2t
     P[s][1] = hopper::pack_e4m3(a[2], a[3], b[2], b[3]);  // row g + 8
@@ -253,10 +269,13 @@ __device__ inline void pack_p(const float (&S)[kBc / 8][4], uint32_t (&P)[kBc / 
 // four 8 × 16-byte matrices (rows g and g + 8 of the warp, the step's two 16-byte halves), each lane
 // naming one row of one matrix in the swizzled tile. Then fence.proxy.async: the wgmma that reads
 // the tile is the async proxy, and it is issued after the warpgroup's next barrier (wait_turn).
-__device__ inline void store_p(const uint32_t (&P)[kBc / 32][4], uint32_t Ps, int warp_in_wg) {
+// Bc = 256: steps 4..7 go to the second 64 × 128-byte tile.
+template <int Bc = kBc>
+__device__ inline void store_p(const uint32_t (&P)[Bc / 32][4], uint32_t Ps, int warp_in_wg) {
   const int lane = threadIdx.x % 32, r = lane % 8, row = 16 * warp_in_wg + r + 8 * ((lane / 8) % 2), half = lane / 16;
 #pragma unroll
-  for (int s = 0; s < kBc / 32; ++s) hopper::stmatrix_x4(Ps + row * kBc + (((2 * s + half) ^ r) << 4), P[s]);
+  for (int s = 0; s < Bc / 32; ++s)
+    hopper::stmatrix_x4(Ps + (s / 4) * 64 * 128 + row * 128 + (((2 * (s % 4) + half) ^ r) << 4), P[s]);
   hopper::fence_proxy_async();
 }
 
@@ -536,11 +555,253 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   }
 }
 
+// ---- the wide rung: key blocks of 256 (FlashAttention-3's FP8 tiles at d = 128 are 128 × 224) ----
+// What changed from the kernel above (d = 128), and what it should buy. The loop above spends about
+// 500 instructions a warp on a key block of 128; some 250 of them are the per-key floor (the
+// exponent's FFMA, MUFU.EX2, the max's FMNMX, the e4m3 pack), the rest are per block: the promote
+// of o_j (64 FFMAs), the row max's shuffles and rescale factor, the barriers, the wgmma issue and
+// its descriptors. Twice the keys a block pay that once for 256 keys: about 0.6 of the
+// instructions a key. The registers: S for 256 keys is 128 a thread, so the fresh accumulator o_j
+// (68) no longer fits beside o; O is accumulated on the tensor cores (the experiment kAccTC, which
+// drifts unless V is centred: the program quantises V centred for this rung) with the lazy
+// rescale (o's FMULs skipped while m stays), and the row sum l stays on the tensor cores: the 8
+// columns of ones are part of o's accumulator, so they are rescaled with it. That needs V's descale
+// to be one for the whole tensor (per-block V scales would rescale o's columns but not l):
+// launch_attention requires it. l is not left to sum in that accumulator over all N keys: its terms
+// are all positive, and like O on uncentred V it drifted low (L 0.034 too small at N = 2049, found
+// by the GPU test), so after each P̃·V its 4 registers are added into l in fp32 and zeroed: a fresh
+// accumulator for l alone, 6 instructions a block. K's descales, one per 128 keys, differ between the block's halves:
+// two multipliers in the softmax. Shared memory: two stages of 256 keys (the bytes of four of 128)
+// and two P̃ tiles a warpgroup, as at d = 128 above, so that P̃ is stored while the previous P̃·V
+// still reads the other tile (with one tile, written after that P̃·V, ptxas moved the wait for it
+// above the whole softmax, to mix the stores into the exponentials: no overlap left in the
+// warpgroup). O's staging has no region of its own (227 KB): each warpgroup stages O in its
+// first P̃ tile, free once the tile's last P̃·V has completed; the next tile's first P̃ store
+// waits until the copy engine has read it.
+constexpr int kBcWide = 256;
+
+// softmax_scores (kLazy, l on the tensor cores) for 256 keys: tiles 0..15 with K's descale c0,
+// 16..31 with c1 (each half's max scaled by its own, positive, multiplier).
+template <int NT>
+__device__ void softmax_scores_wide(float (&S)[NT][4], float (&m)[2], float c0, float c1, float (&alpha)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float v[2][4];
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const int n0 = x * NT / 2;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[x][e] = S[n0 + e / 2][2 * h + e % 2];
+#pragma unroll
+      for (int n = n0 + 2; n < n0 + NT / 2; n += 2)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[x][e] = fmaxf(v[x][e], S[n + e / 2][2 * h + e % 2]);
+      fa3::tree_reduce(v[x], [](float a, float b) { return fmaxf(a, b); });
+    }
+    float m_new = tc::quad_max(fmaxf(m[h], fmaxf(v[0][0] * c0, v[1][0] * c1)));
+    m_new = m_new > m[h] + kLazyTau ? m_new : m[h];
+    const float shift = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[h] = ptx::exp2_approx(m[h] - shift);
+    m[h] = m_new;
+    const float base = shift - 8.0f;  // P̃ · 2^8
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) S[n][e] = ptx::exp2_approx(fmaf(S[n][e], n < NT / 2 ? c0 : c1, -base));
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(128 * 3, 1)
+    flash_v3_fp8_wide(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
+                      const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO, tc::Params p,
+                      Scales sc, int heads, int* next_tile) {
+  constexpr int D = 128, kWG = 2, kStages = 2, Bc = kBcWide, NT = Bc / 8, DT = D / 8, kBr = 64 * kWG, NV = D + 8;
+  using Pipe = Pipeline<D, kStages, kBr, true, true, Bc, true>;
+  extern __shared__ uint8_t smem_raw[];
+  const Pipe pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
+  const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
+  const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
+  const int N64 = (p.N + 63) / 64 * 64;  // as the kernel above
+  auto tile = [&](int t, int& i, int& h) {
+    h = t / Tr;
+    i = p.causal ? Tr - 1 - t % Tr : t % Tr;
+  };
+  if (threadIdx.x == 0) pipe.init(4 * kWG);
+  pipe.fill_ones();
+  __syncthreads();
+
+  if (wg == 0) {  // ---- the producer: the kernel above's ----
+    hopper::setmaxnreg_dec<producer_registers<kWG>()>();
+    if (threadIdx.x == 0) {
+      int it = 0;
+      for (int n = 0, t = blockIdx.x;; ++n, t = atomicAdd(next_tile, 1) + gridDim.x) {
+        if (t >= tiles) {
+          hopper::mbarrier_wait(pipe.q_empty(), (n & 1) ^ 1);
+          *pipe.tile_slot(n) = -1;
+          hopper::mbarrier_arrive(pipe.q_full());
+          fa3::tiles_done(next_tile);
+          break;
+        }
+        int i, h;
+        tile(t, i, h);
+        hopper::mbarrier_wait(pipe.q_empty(), (n & 1) ^ 1);
+        *pipe.tile_slot(n) = t;
+        it = pipe.produce(&mapQ, &mapK, &mapVt, query_row0(N64, kBr, p.causal, true, i), h,
+                          key_blocks(N64, kBr, Bc, p.causal, i, true), it);
+      }
+    }
+  } else {  // ---- the consumers ----
+    hopper::setmaxnreg_inc<fa3::consumer_registers<kWG, producer_registers<kWG>()>()>();
+    const int cwg = wg - 1, cwarp = warp - 4;
+    auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
+    auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (cwg + 1) % kWG, 256); };
+    if (cwg == kWG - 1) pass_turn();
+    const float c0 = p.scale * ptx::kLog2e;
+    auto at = [](const void* x) { return hopper::smem_u32(x); };
+    // The warp's 16 rows of O's staging: in the warpgroup's first P̃ tile.
+    uint16_t* const stage = reinterpret_cast<uint16_t*>(pipe.P(cwg, 0)) + 16 * (cwarp % 4) * D;
+
+    int it = 0;
+    for (int n = 0;; ++n) {
+      pipe.wait_q(n);
+      const int t = __shfl_sync(0xffffffffu, *pipe.tile_slot(n), 0);
+      if (t < 0) break;
+      int i, h;
+      tile(t, i, h);
+      // The previous tile's O, staged over the P̃ tiles: read by the copy engine before any warp of
+      // the warpgroup stores P̃ (the turn barrier below orders the four warps' waits before that).
+      if (threadIdx.x % 32 == 0) hopper::bulk_wait_read<0>();
+      __syncwarp();
+      const int row0 = query_row0(N64, kBr, p.causal, true, i), wg_row0 = row0 + 64 * cwg,
+                warp_row0 = row0 + 16 * cwarp;
+      const int blocks = key_blocks(N64, kBr, Bc, p.causal, i, true);
+      const bool padding = wg_row0 + 64 <= 0 || wg_row0 >= p.N;
+      const int needed = padding ? 1 : p.causal ? min(blocks, (wg_row0 + 64 + Bc - 1) / Bc) : blocks;
+      const int b0 = blocks - needed;
+      // K's descales: 128 keys each, two a block (the second past N for a short last block: the first's).
+      const int hb = h * sc.blocks;
+      auto k_scale = [&](int j, int x) { return sc.k[hb + min(2 * j + x, sc.blocks - 1)]; };
+      const float cq = c0 * sc.q[size_t(h) * sc.blocks + min(max(wg_row0, 0), p.N - 1) / kScaleRows];
+      // o: P̃·V's accumulator across the key blocks, its tile DT the row sums (row g's in [DT][0], g + 8's in [2]).
+      // alpha: the factor the last softmax set, which o (and l) owe before the next P̃·V (after the
+      // first block 0: o is still empty). One copy: the consumer's 240 registers are all but taken
+      // (two more made ptxas serialise the wgmma's, its C7511).
+      float o[1][NV / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+      float S[1][NT][4];
+      uint32_t P[Bc / 32][4];
+      auto mask = [&](int b) {
+        const int j = blocks - 1 - b;
+        if (fa3::needs_mask<Bc>(j, wg_row0, p.N, p.causal)) tc::mask_scores(S, warp_row0, j * Bc, p.N, p.causal);
+      };
+      auto softmax = [&](int b) {
+        const int j = blocks - 1 - b;
+        softmax_scores_wide(S[0], m, cq * k_scale(j, 0), cq * k_scale(j, 1), alpha);
+      };
+      auto make_p = [&](int k_) {  // the tile of k_'s parity: its last reader, P̃·V of k_ − 2, has completed
+        pack_p<Bc>(S[0], P);
+        store_p<Bc>(P, at(pipe.P(cwg, k_)), cwarp % 4);
+      };
+      // o = o·alpha (and l) before the P̃·V that adds the block whose softmax set alpha (lazy: skipped
+      // while alpha is 1)
+      auto rescale = [&] {
+        if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
+#pragma unroll
+          for (int d = 0; d < DT; ++d)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[0][d][e] *= alpha[e / 2];
+          l[0] *= alpha[0], l[1] *= alpha[1];
+        }
+        hopper::wgmma_fence();  // o was written: the wgmma that adds into it comes after
+      };
+      // The block's row sums out of the accumulator into l (fp32), and the ones tile zeroed. Under a
+      // condition (a no-op when it fails: the tile's four values are two sums, each twice): written
+      // unconditionally, ptxas serialised every wgmma (its C7511, "insufficient register resources").
+      auto take_row_sums = [&] {
+        l[0] += o[0][DT][0], l[1] += o[0][DT][2];
+        if (o[0][DT][0] != 0.0f || o[0][DT][2] != 0.0f)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[0][DT][e] = 0.0f;
+      };
+#pragma unroll
+      for (int d = 0; d < NV / 8; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[0][d][e] = 0.0f;
+
+      for (int b = 0; b < b0; ++b) {  // causal: the blocks past the warpgroup's rows, an empty turn
+        wait_turn();
+        pass_turn();
+        pipe.wait_k(it + b);
+        pipe.release_k(it + b);
+        pipe.wait_v(it + b);
+        pipe.release_v(it + b);
+      }
+      pipe.wait_k(it + b0);
+      wait_turn();
+      hopper::wgmma_fence();
+      issue_qk<D, Bc>(S[0], at(pipe.Q()), cwg, at(pipe.K(it + b0)));
+      hopper::wgmma_commit();
+      pass_turn();
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(S[0]);
+      pipe.release_k(it + b0);
+      if (b0 == blocks - 1) pipe.release_q();
+      mask(b0);
+      softmax(b0);
+      make_p(it + b0);
+      for (int b = b0 + 1; b < blocks; ++b) {
+        const int k = it + b;
+        pipe.wait_k(k);
+        wait_turn();
+        hopper::wgmma_fence();
+        issue_qk<D, Bc>(S[0], at(pipe.Q()), cwg, at(pipe.K(k)));
+        hopper::wgmma_commit();
+        rescale();
+        pipe.wait_v(k - 1);
+        issue_pv<NV, Bc, Pipe::L::kVtHalf>(o[0], at(pipe.P(cwg, k - 1)), at(pipe.Vt(k - 1)), false);
+        hopper::wgmma_commit();
+        pass_turn();
+        hopper::wgmma_wait<1>();
+        hopper::fence_registers(S[0]);
+        pipe.release_k(k);
+        if (b == blocks - 1) pipe.release_q();
+        mask(b);
+        softmax(b);
+        make_p(k);
+        hopper::wgmma_wait<0>();
+        hopper::fence_registers(o[0]);
+        take_row_sums();
+        pipe.release_v(k - 1);
+      }
+      const int k = it + blocks - 1;
+      pipe.wait_v(k);
+      wait_turn();
+      rescale();
+      issue_pv<NV, Bc, Pipe::L::kVtHalf>(o[0], at(pipe.P(cwg, k)), at(pipe.Vt(k)), false);
+      hopper::wgmma_commit();
+      pass_turn();
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(o[0]);
+      take_row_sums();
+      pipe.release_v(k);
+      it += blocks;
+
+      constexpr float kLn2 = 0.69314718f;
+      // l from the ones columns: every lane of a quad holds the whole sum, each passes a quarter.
+      float mm[1][2] = {{m[0], m[1]}}, ll[1][2] = {{l[0] * 0.25f, l[1] * 0.25f}};
+      fa3::write_output_tma<T, D>(reinterpret_cast<const float(&)[1][DT][4]>(o), mm, ll, stage, &mapO, p, h, warp_row0, {sc.v[hb], kLn2, -8.0f * kLn2, sc.v_mean + size_t(h) * D});
+    }
+    if (threadIdx.x % 32 == 0) hopper::bulk_wait<0>();
+    if (cwg == 0) wait_turn();
+  }
+}
+
 int poly_every = 0;          // set_exp2_poly_every
 bool row_sum_by_mma = true;  // set_row_sum_by_mma
 POperand p_operand = POperand::by_d;  // set_p_operand
 int acc_tc_warpgroups = 0;            // set_o_on_tensor_cores
 bool acc_tc_lazy = false;
+bool wide_blocks = false;             // set_wide_key_blocks
 
 }  // namespace
 
@@ -561,6 +822,12 @@ void set_o_on_tensor_cores(int warpgroups, bool lazy) {
   acc_tc_lazy = lazy;
 }
 
+void set_wide_key_blocks(bool on, Granularity v_scales) {
+  course::require(!on || v_scales == Granularity::tensor,
+                  "fp8: key blocks of 256 need V's descale per tensor (l sums on the tensor cores with o)");
+  wide_blocks = on;
+}
+
 void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L) {
   require_supported(s);
   course::require(out == course::Dtype::fp16 || out == course::Dtype::bf16,
@@ -572,7 +839,11 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const int Br = acc_tc_warpgroups != 0 ? 64 * acc_tc_warpgroups : attention_tiles(s).Br;
   const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, Br, qk_swizzle});
-  const CUtensorMap mapK = fa3::make_tensor_map({in.K, u8, 1, s.d, s.N, s.heads(), s.d, kBc, qk_swizzle});
+  course::require(!wide_blocks || (s.d == 128 && acc_tc_warpgroups == 0 && poly_every == 0 && row_sum_by_mma &&
+                                   p_operand == POperand::by_d),
+                  "fp8: key blocks of 256 run at d = 128, on their own (no other experiment or ablation)");
+  const int Bc = wide_blocks ? kBcWide : kBc;
+  const CUtensorMap mapK = fa3::make_tensor_map({in.K, u8, 1, s.d, s.N, s.heads(), s.d, Bc, qk_swizzle});
   const CUtensorMap mapVt = fa3::make_tensor_map({in.Vt, u8, 1, Np, s.d, s.heads(), kBc, s.d, CU_TENSOR_MAP_SWIZZLE_128B});
   const CUtensorMap mapO = fa3::make_tensor_map(O, out == course::Dtype::bf16, s.heads(), s.N, s.d, 16);
   course::require(in.v_mean != nullptr, "fp8 attention: v_mean (the quantisation's v̄) is needed");
@@ -596,9 +867,23 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     kernel<<<grid, 128 * (kWG + 1), bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile);
     CUDA_CHECK_LAUNCH();
   };
+  // The wide rung: key blocks of 256, O and l on the tensor cores, the lazy rescale (d = 128).
+  auto run_wide = [&](auto type) {
+    using T = decltype(type);
+    const size_t bytes = Smem<128, 2, 128, true, true, kBcWide, true>::kBytes;
+    const auto kernel = flash_v3_fp8_wide<T>;
+    course::require(Br == 128, "fp8: attention_tiles and the wide kernel's warpgroups disagree");
+    course::require_shared_memory(bytes, "fp8 (key blocks of 256) at d = 128");
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    kernel<<<grid, 128 * 3, bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile);
+    CUDA_CHECK_LAUNCH();
+  };
   auto run = [&](auto type, auto d) {
     using T = decltype(type);
     constexpr int D = decltype(d)::value, kStages = 4, kWG = consumer_warpgroups<D>();
+    if (wide_blocks) {
+      if constexpr (D == 128) return run_wide(type);
+    }
     using Three = std::integral_constant<int, 3>;
     if (acc_tc_warpgroups == 2) {
       if constexpr (D == 128) return run_acc(type, d, std::integral_constant<int, 2>{}, std::false_type{});

@@ -62,5 +62,10 @@ void set_p_operand(POperand where);
 // default): off. O drifts low on inputs whose mean is not 0 unless V is centred (Scheme::centre_v,
 // which the program's rows and the tests use with it; chapter 09).
 void set_o_on_tensor_cores(int warpgroups, bool lazy = false);
+// The wide rung (the ablation fp8_*_wide, d = 128): key blocks of 256 keys (K's two descales a
+// block), O and the row sums accumulated on the tensor cores with the lazy rescale, two consumer
+// warpgroups. V must be centred (as the experiment above) and its descale per tensor (v_scales):
+// UsageError otherwise. false (the default): key blocks of 128.
+void set_wide_key_blocks(bool on, Granularity v_scales = Granularity::tensor);
 
 }  // namespace attention::fp8

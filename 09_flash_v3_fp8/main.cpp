@@ -219,9 +219,11 @@ int main(int argc, char** argv) {
     // fp8_<scheme>_fadd, the row sum by FADDs (the kernel before the tensor cores summed it);
     // fp8_<scheme>_acc2, _acc3 and _lazy3, the experiment: O accumulated on the tensor cores (no fresh
     // accumulator), 2 consumer warpgroups (d = 128 only) or 3, and 3 with the lazy rescale; these
-    // quantise V centred, and quant_<scheme>_centred times that quantisation.
+    // quantise V centred, and quant_<scheme>_centred times that quantisation; fp8_<scheme>_wide, the
+    // wide rung: key blocks of 256, O and l on the tensor cores with the lazy rescale (d = 128, the
+    // per-tensor schemes; V centred).
     std::vector<std::string> known = variants;
-    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3"};
+    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide"};
     for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
       known.push_back("quant_" + centred(s).name());
@@ -277,11 +279,13 @@ int main(int argc, char** argv) {
           };
           const bool fadd = ends("_fadd"), preg = ends("_preg"), psmem = ends("_psmem");
           const int acc_wg = ends("_acc2") ? 2 : ends("_acc3") || ends("_lazy3") ? 3 : 0;
+          const bool wide = ends("_wide");
           size_t suffix = 0;
           for (const char* a : ablations)
             if (ends(a)) suffix = std::strlen(a);
           Tiles fp8_tiles = attention_tiles(s);  // the experiment O on the tensor cores: 64 rows a warpgroup
           if (acc_wg != 0) fp8_tiles.Br = 64 * acc_wg;
+          if (wide) fp8_tiles.Bc = 256;
           course::Row row = bench.row(fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name,
                                       s.text() + " Br=" + std::to_string(fp8_tiles.Br) + " Bc=" + std::to_string(fp8_tiles.Bc));
           row.dtype = course::name(t);
@@ -312,7 +316,7 @@ int main(int argc, char** argv) {
           const bool quant = name.rfind("quant_", 0) == 0;
           // O on the tensor cores takes V centred (fp8.hpp): its rows quantise so.
           Scheme scheme = scheme_named(name.substr(quant ? 6 : 4, name.size() - (quant ? 6 : 4) - suffix));
-          if (acc_wg != 0) scheme.centre_v = true;
+          if (acc_wg != 0 || wide) scheme.centre_v = true;
           if (!quantized.count(scheme.name())) {
             bench.progress(problem, scheme.name() + ": the CPU's quantisation");
             quantized.emplace(scheme.name(), quantize_inputs(s, in.Q, in.K, in.V, scheme, options.seed));
@@ -322,7 +326,7 @@ int main(int argc, char** argv) {
           else row.flops = s.flops(), row.io_model_bytes = attention_model_bytes(s, fp8_tiles);
 #if COURSE_HAS_HOPPER
           if (bench.use_gpu()) {
-            if ((fadd || preg || psmem || acc_wg != 0) && poly_every > 0) {
+            if ((fadd || preg || psmem || acc_wg != 0 || wide) && poly_every > 0) {
               notes.push_back(name + ": not run (--exp2-poly-every runs with the default kernel only)");
               bench.add(row);
               continue;
@@ -334,7 +338,13 @@ int main(int argc, char** argv) {
             }
             fp8::set_row_sum_by_mma(!fadd);
             fp8::set_p_operand(preg ? fp8::POperand::registers : psmem ? fp8::POperand::shared : fp8::POperand::by_d);
+            if (wide && (s.d != 128 || scheme.granularity != Granularity::tensor)) {
+              notes.push_back(name + " " + problem + ": not run (key blocks of 256: d = 128 and V's descale per tensor only)");
+              bench.add(row);
+              continue;
+            }
             fp8::set_o_on_tensor_cores(acc_wg, ends("_lazy3"));
+            fp8::set_wide_key_blocks(wide);
             try {
               course::require_fits(0.0, flash_v2_device_bytes(s, t) + Fp8Buffers::bytes(s), name + " " + s.text());
             } catch (const course::ResourceError& e) {
@@ -400,6 +410,10 @@ int main(int argc, char** argv) {
       notes.push_back("fp8_*_acc2, _acc3, _lazy3: the experiment: O accumulated on the tensor cores across key blocks "
                       "(FA-3's way; l by FADDs), 2 or 3 consumer warpgroups, _lazy3 with the lazy rescale; V centred "
                       "by their quantisation (without it O drifts low on inputs whose mean is not 0)");
+    if (named("_wide"))
+      notes.push_back("fp8_*_wide: the wide rung: key blocks of 256 (FA-3's FP8 tiles are 128 x 224), O and the row sums "
+                      "accumulated on the tensor cores with the lazy rescale, two consumer warpgroups; d = 128 and the "
+                      "per-tensor schemes; V centred by their quantisation");
     if (named("_psmem"))
       notes.push_back("fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
                       "only)");
