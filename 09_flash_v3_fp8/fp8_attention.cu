@@ -186,6 +186,33 @@ struct Pipeline {
     }
     return it;
   }
+  // Tile t of the persistent grid: head h, query block i (causal: a head's last, heaviest, first).
+  __device__ static void tile(int t, int Tr, bool causal, int& i, int& h) {
+    h = t / Tr;
+    i = causal ? Tr - 1 - t % Tr : t % Tr;
+  }
+  // The producer's whole loop (one thread): the block's first tile, then one from the counter each time,
+  // each published in its tile slot once its Q slot is free, and produced; -1 when none is left.
+  // Causal tiles are laid from N rounded up to 64 (N64, see the kernels).
+  __device__ void produce_tiles(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapVt,
+                                const tc::Params& p, int N64, int Tr, int tiles, int* next_tile) const {
+    int it = 0;
+    for (int n = 0, t = blockIdx.x;; ++n, t = atomicAdd(next_tile, 1) + gridDim.x) {
+      if (t >= tiles) {
+        hopper::mbarrier_wait(q_empty(), (n & 1) ^ 1);
+        *tile_slot(n) = -1;
+        hopper::mbarrier_arrive(q_full());
+        fa3::tiles_done(next_tile);
+        return;
+      }
+      int i, h;
+      tile(t, Tr, p.causal, i, h);
+      hopper::mbarrier_wait(q_empty(), (n & 1) ^ 1);
+      *tile_slot(n) = t;  // published by the arrive on q_full (release)
+      it = produce(mapQ, mapK, mapVt, query_row0(N64, kBr, p.causal, true, i), h,
+                   key_blocks(N64, kBr, Bc, p.causal, i, true), it);
+    }
+  }
   __device__ void wait_q(int n) const { hopper::mbarrier_wait(q_full(), n & 1); }
   __device__ void wait_k(int it) const { hopper::mbarrier_wait(k_full(it), phase(it)); }
   __device__ void wait_v(int it) const { hopper::mbarrier_wait(v_full(it), phase(it)); }
@@ -330,7 +357,8 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
                  Scales sc, int heads, int* next_tile) {
   constexpr int NT = kBc / 8, DT = D / 8, kBr = 64 * kWG, NV = D + (kSumByMma ? 8 : 0);
   extern __shared__ uint8_t smem_raw[];
-  const Pipeline<D, kStages, kBr, kSumByMma, kPSmem> pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
+  using Pipe = Pipeline<D, kStages, kBr, kSumByMma, kPSmem>;
+  const Pipe pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
   const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
   // Causal tiles are laid from the last row back, as in rung 6 (a head's first tile may start before
@@ -338,10 +366,6 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   // on a multiple of 64 and lie in one of Q's 128-row scale blocks (one descale a warpgroup). For Br
   // and Bc multiples of 64 the tiles' count and key blocks are the same as from N.
   const int N64 = (p.N + 63) / 64 * 64;
-  auto tile = [&](int t, int& i, int& h) {
-    h = t / Tr;
-    i = p.causal ? Tr - 1 - t % Tr : t % Tr;
-  };
   if (threadIdx.x == 0) pipe.init(4 * kWG);
   pipe.fill_ones();
   __syncthreads();
@@ -352,24 +376,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
                       (kWG + 1) * kLaunch,
                   "setmaxnreg: the warpgroups' registers exceed what the block was launched with");
     hopper::setmaxnreg_dec<producer_registers<kWG>()>();
-    if (threadIdx.x == 0) {
-      int it = 0;
-      for (int n = 0, t = blockIdx.x;; ++n, t = atomicAdd(next_tile, 1) + gridDim.x) {
-        if (t >= tiles) {
-          hopper::mbarrier_wait(pipe.q_empty(), (n & 1) ^ 1);
-          *pipe.tile_slot(n) = -1;
-          hopper::mbarrier_arrive(pipe.q_full());
-          fa3::tiles_done(next_tile);
-          break;
-        }
-        int i, h;
-        tile(t, i, h);
-        hopper::mbarrier_wait(pipe.q_empty(), (n & 1) ^ 1);
-        *pipe.tile_slot(n) = t;  // published by the arrive on q_full (release)
-        it = pipe.produce(&mapQ, &mapK, &mapVt, query_row0(N64, kBr, p.causal, true, i), h,
-                          key_blocks(N64, kBr, kBc, p.causal, i, true), it);
-      }
-    }
+    if (threadIdx.x == 0) pipe.produce_tiles(&mapQ, &mapK, &mapVt, p, N64, Tr, tiles, next_tile);
   } else {  // ---- the consumers ----
     hopper::setmaxnreg_inc<fa3::consumer_registers<kWG, producer_registers<kWG>()>()>();
     const int cwg = wg - 1, cwarp = warp - 4;
@@ -385,7 +392,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       const int t = __shfl_sync(0xffffffffu, *pipe.tile_slot(n), 0);
       if (t < 0) break;
       int i, h;
-      tile(t, i, h);
+      Pipe::tile(t, Tr, p.causal, i, h);
       const int row0 = query_row0(N64, kBr, p.causal, true, i), wg_row0 = row0 + 64 * cwg,
                 warp_row0 = row0 + 16 * cwarp;
       const int blocks = key_blocks(N64, kBr, kBc, p.causal, i, true);
@@ -556,28 +563,25 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
 }
 
 // ---- the wide rung: key blocks of 256 (FlashAttention-3's FP8 tiles at d = 128 are 128 × 224) ----
-// What changed from the kernel above (d = 128), and what it should buy. The loop above spends about
-// 500 instructions a warp on a key block of 128; some 250 of them are the per-key floor (the
-// exponent's FFMA, MUFU.EX2, the max's FMNMX, the e4m3 pack), the rest are per block: the promote
-// of o_j (64 FFMAs), the row max's shuffles and rescale factor, the barriers, the wgmma issue and
-// its descriptors. Twice the keys a block pay that once for 256 keys: about 0.6 of the
-// instructions a key. The registers: S for 256 keys is 128 a thread, so the fresh accumulator o_j
-// (68) no longer fits beside o; O is accumulated on the tensor cores (the experiment kAccTC, which
-// drifts unless V is centred: the program quantises V centred for this rung) with the lazy
-// rescale (o's FMULs skipped while m stays), and the row sum l stays on the tensor cores: the 8
-// columns of ones are part of o's accumulator, so they are rescaled with it. That needs V's descale
-// to be one for the whole tensor (per-block V scales would rescale o's columns but not l):
-// launch_attention requires it. l is not left to sum in that accumulator over all N keys: its terms
-// are all positive, and like O on uncentred V it drifted low (L 0.034 too small at N = 2049, found
-// by the GPU test), so after each P̃·V its 4 registers are added into l in fp32 and zeroed: a fresh
-// accumulator for l alone, 6 instructions a block. K's descales, one per 128 keys, differ between the block's halves:
-// two multipliers in the softmax. Shared memory: two stages of 256 keys (the bytes of four of 128)
-// and two P̃ tiles a warpgroup, as at d = 128 above, so that P̃ is stored while the previous P̃·V
-// still reads the other tile (with one tile, written after that P̃·V, ptxas moved the wait for it
-// above the whole softmax, to mix the stores into the exponentials: no overlap left in the
-// warpgroup). O's staging has no region of its own (227 KB): each warpgroup stages O in its
-// first P̃ tile, free once the tile's last P̃·V has completed; the next tile's first P̃ store
-// waits until the copy engine has read it.
+// What changed from the kernel above (d = 128), and what it should buy. Its loop spends about 500
+// instructions a warp on a key block of 128: some 250 the per-key floor (the exponent's FFMA,
+// MUFU.EX2, the max's FMNMX, the e4m3 pack), the rest paid once a block (the promote of o_j, the
+// row max's shuffles, the barriers, the wgmma issue). Blocks of 256 pay that once for twice the
+// keys: about 0.6 of the instructions a key (measured: 664 a warp for 256 keys).
+//  - S for 256 keys is 128 registers a thread, so the fresh accumulator o_j (68) no longer fits
+//    beside o: O is accumulated on the tensor cores with the lazy rescale (the experiment kAccTC;
+//    it drifts unless V is centred, which the program does for this rung).
+//  - l from the 8 columns of ones, part of o's accumulator, but not summed there over all N keys:
+//    its terms are all positive and it drifted low like O on uncentred V (L 0.034 too small at
+//    N = 2049), so after each P̃·V the ones' registers are added into an fp32 l and zeroed (a fresh
+//    accumulator for l alone), and l is rescaled beside o. V's descale must be one for the tensor
+//    (a per-block step of o's unit would not apply to l): launch_attention requires it.
+//  - K's descales, one per 128 keys, differ between a block's halves: two multipliers in the softmax.
+//  - Shared memory: two stages of 256 keys (the bytes of four of 128) and two P̃ tiles a warpgroup,
+//    so that P̃ is stored while the previous P̃·V still reads the other tile (with one tile, stored
+//    after that P̃·V, ptxas moved the wait for it above the whole softmax). O's staging has no
+//    region of its own (227 KB): each warpgroup stages O in its first P̃ tile, free once the tile's
+//    last P̃·V has completed; the next tile's first P̃ store waits until the copy engine has read it.
 constexpr int kBcWide = 256;
 
 // softmax_scores (kLazy, l on the tensor cores) for 256 keys: tiles 0..15 with K's descale c0,
@@ -623,34 +627,13 @@ __global__ void __launch_bounds__(128 * 3, 1)
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
   const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
   const int N64 = (p.N + 63) / 64 * 64;  // as the kernel above
-  auto tile = [&](int t, int& i, int& h) {
-    h = t / Tr;
-    i = p.causal ? Tr - 1 - t % Tr : t % Tr;
-  };
   if (threadIdx.x == 0) pipe.init(4 * kWG);
   pipe.fill_ones();
   __syncthreads();
 
   if (wg == 0) {  // ---- the producer: the kernel above's ----
     hopper::setmaxnreg_dec<producer_registers<kWG>()>();
-    if (threadIdx.x == 0) {
-      int it = 0;
-      for (int n = 0, t = blockIdx.x;; ++n, t = atomicAdd(next_tile, 1) + gridDim.x) {
-        if (t >= tiles) {
-          hopper::mbarrier_wait(pipe.q_empty(), (n & 1) ^ 1);
-          *pipe.tile_slot(n) = -1;
-          hopper::mbarrier_arrive(pipe.q_full());
-          fa3::tiles_done(next_tile);
-          break;
-        }
-        int i, h;
-        tile(t, i, h);
-        hopper::mbarrier_wait(pipe.q_empty(), (n & 1) ^ 1);
-        *pipe.tile_slot(n) = t;
-        it = pipe.produce(&mapQ, &mapK, &mapVt, query_row0(N64, kBr, p.causal, true, i), h,
-                          key_blocks(N64, kBr, Bc, p.causal, i, true), it);
-      }
-    }
+    if (threadIdx.x == 0) pipe.produce_tiles(&mapQ, &mapK, &mapVt, p, N64, Tr, tiles, next_tile);
   } else {  // ---- the consumers ----
     hopper::setmaxnreg_inc<fa3::consumer_registers<kWG, producer_registers<kWG>()>()>();
     const int cwg = wg - 1, cwarp = warp - 4;
@@ -668,7 +651,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
       const int t = __shfl_sync(0xffffffffu, *pipe.tile_slot(n), 0);
       if (t < 0) break;
       int i, h;
-      tile(t, i, h);
+      Pipe::tile(t, Tr, p.causal, i, h);
       // The previous tile's O, staged over the P̃ tiles: read by the copy engine before any warp of
       // the warpgroup stores P̃ (the turn barrier below orders the four warps' waits before that).
       if (threadIdx.x % 32 == 0) hopper::bulk_wait_read<0>();
