@@ -66,6 +66,7 @@ void set_o_on_tensor_cores(int warpgroups, bool lazy = false);
 // block), O and the row sums accumulated on the tensor cores with the lazy rescale, two consumer
 // warpgroups. V must be centred (as the experiment above) and its descale per tensor (v_scales):
 // UsageError otherwise. false (the default): key blocks of 128.
-void set_wide_key_blocks(bool on, Granularity v_scales = Granularity::tensor);
+// optimistic (fp8_*_wide_opt): P̃ first with m as it stands, the row max only when some P̃ overflowed.
+void set_wide_key_blocks(bool on, Granularity v_scales = Granularity::tensor, bool optimistic = false);
 
 }  // namespace attention::fp8

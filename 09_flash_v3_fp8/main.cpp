@@ -221,9 +221,10 @@ int main(int argc, char** argv) {
     // accumulator), 2 consumer warpgroups (d = 128 only) or 3, and 3 with the lazy rescale; these
     // quantise V centred, and quant_<scheme>_centred times that quantisation; fp8_<scheme>_wide, the
     // wide rung: key blocks of 256, O and l on the tensor cores with the lazy rescale (d = 128, the
-    // per-tensor schemes; V centred).
+    // per-tensor schemes; V centred); fp8_<scheme>_wide_opt, the experiment on it: the optimistic max
+    // (the row max only when P̃ overflowed e4m3; --exp2-poly-every applies to it too).
     std::vector<std::string> known = variants;
-    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide"};
+    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt"};
     for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
       known.push_back("quant_" + centred(s).name());
@@ -279,7 +280,7 @@ int main(int argc, char** argv) {
           };
           const bool fadd = ends("_fadd"), preg = ends("_preg"), psmem = ends("_psmem");
           const int acc_wg = ends("_acc2") ? 2 : ends("_acc3") || ends("_lazy3") ? 3 : 0;
-          const bool wide = ends("_wide");
+          const bool wide_opt = ends("_wide_opt"), wide = ends("_wide") || wide_opt;
           size_t suffix = 0;
           for (const char* a : ablations)
             if (ends(a)) suffix = std::strlen(a);
@@ -326,7 +327,7 @@ int main(int argc, char** argv) {
           else row.flops = s.flops(), row.io_model_bytes = attention_model_bytes(s, fp8_tiles);
 #if COURSE_HAS_HOPPER
           if (bench.use_gpu()) {
-            if ((fadd || preg || psmem || acc_wg != 0 || wide) && poly_every > 0) {
+            if ((fadd || preg || psmem || acc_wg != 0 || (wide && !wide_opt)) && poly_every > 0) {
               notes.push_back(name + ": not run (--exp2-poly-every runs with the default kernel only)");
               bench.add(row);
               continue;
@@ -344,7 +345,7 @@ int main(int argc, char** argv) {
               continue;
             }
             fp8::set_o_on_tensor_cores(acc_wg, ends("_lazy3"));
-            fp8::set_wide_key_blocks(wide);
+            fp8::set_wide_key_blocks(wide, Granularity::tensor, wide_opt);
             try {
               course::require_fits(0.0, flash_v2_device_bytes(s, t) + Fp8Buffers::bytes(s), name + " " + s.text());
             } catch (const course::ResourceError& e) {
@@ -414,6 +415,10 @@ int main(int argc, char** argv) {
       notes.push_back("fp8_*_wide: the wide rung: key blocks of 256 (FA-3's FP8 tiles are 128 x 224), O and the row sums "
                       "accumulated on the tensor cores with the lazy rescale, two consumer warpgroups; d = 128 and the "
                       "per-tensor schemes; V centred by their quantisation");
+    if (named("_wide_opt"))
+      notes.push_back("fp8_*_wide_opt: the experiment on the wide rung: the optimistic max (P~ with the running max "
+                      "first, the row max and P~ again only where some P~ overflowed e4m3; m kept 3 log2 units above "
+                      "the max); --exp2-poly-every applies to it");
     if (named("_psmem"))
       notes.push_back("fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
                       "only)");

@@ -137,11 +137,15 @@ TEST_CASE("large logits (Q times 20), FA-3's outlier inputs, many heads and N = 
   }
 }
 
+namespace {
+// --exp2-poly-every k, reset when the case ends or throws.
+struct Poly {
+  explicit Poly(int k) { fp8::set_exp2_poly_every(k); }
+  ~Poly() { fp8::set_exp2_poly_every(0); }
+};
+}  // namespace
+
 TEST_CASE("the experiment --exp2-poly-every: a share of the exponentials by polynomial keeps the same bound") {
-  struct Poly {
-    explicit Poly(int k) { fp8::set_exp2_poly_every(k); }
-    ~Poly() { fp8::set_exp2_poly_every(0); }
-  };
   for (int k : {4, 8}) {
     const Poly poly(k);
     CAPTURE(k);
@@ -191,9 +195,21 @@ struct AccVariant {
 constexpr AccVariant kAccVariants[] = {{"acc2", 2, false}, {"acc3", 3, false}, {"lazy3", 3, true}};
 // The wide rung (set_wide_key_blocks), reset when the case ends or throws.
 struct WideBlocks {
-  WideBlocks() { fp8::set_wide_key_blocks(true); }
+  explicit WideBlocks(bool optimistic = false) { fp8::set_wide_key_blocks(true, Granularity::tensor, optimistic); }
   ~WideBlocks() { fp8::set_wide_key_blocks(false); }
 };
+// N(0, 1) inputs whose keys are scaled up block by block in the order the kernels visit them (the
+// last block first): key j by 1 + (the 256-key blocks after j's), so that a row's max grows by about
+// 4 log₂ units a block, past the optimistic step's headroom (3), and its fallback runs in most blocks.
+Inputs rising_keys(const Shape& s, Dtype t, std::uint64_t seed) {
+  NormalInputs n = normal_inputs(s, t, seed);
+  const int blocks = (s.N + 255) / 256;
+  for (int h = 0; h < s.heads(); ++h)
+    for (int j = 0; j < s.N; ++j)
+      for (int c = 0; c < s.d; ++c) n.K[(std::size_t(h) * s.N + j) * s.d + c] *= 1.0f + float(blocks - 1 - j / 256);
+  for (float& k : n.K) k = course::round_to(t, k);
+  return to_inputs(n, t, seed);
+}
 }  // namespace
 
 TEST_CASE("the experiment fp8_*_acc2, _acc3, _lazy3 (O on the tensor cores) keeps the bound, V centred") {
@@ -228,28 +244,48 @@ TEST_CASE("the experiment fp8_*_acc2, _acc3, _lazy3 (O on the tensor cores) keep
 
 // Key blocks of 256: ragged N on both sides of a block and of K's two descales in it (N = 300: the
 // last block's 44 keys lie in K's third 128-row block, with no fourth), causal or not, one row,
-// fp16 and bf16, zero-mean, offset (V centred), large-logit and outlier inputs; the two per-tensor
-// schemes (the rung needs V's descale per tensor: the per-block ones are refused).
-TEST_CASE("the wide rung fp8_*_wide (key blocks of 256, O on the tensor cores) keeps the bound, V centred") {
-  const WideBlocks wide;
-  for (bool causal : {false, true})
-    for (int N : {1, 129, 300, 1000, 2049}) {
-      if (N > 1000 && softmax::testing::under_sanitizer()) continue;
-      const Shape s{1, 2, N, 128, causal};
+// fp16 and bf16, zero-mean, offset (V centred), large-logit, outlier and rising-key inputs; the two
+// per-tensor schemes (the rung needs V's descale per tensor: the per-block ones are refused). Both the
+// rung and its experiment _wide_opt (the optimistic max), that one also with the polynomial.
+TEST_CASE("the wide rung fp8_*_wide and _wide_opt (key blocks of 256, O on the tensor cores) keep the bound, V centred") {
+  for (bool optimistic : {false, true}) {
+    const WideBlocks wide(optimistic);
+    CAPTURE(optimistic);
+    for (bool causal : {false, true})
+      for (int N : {1, 129, 300, 1000, 2049}) {
+        if (N > 1000 && softmax::testing::under_sanitizer()) continue;
+        const Shape s{1, 2, N, 128, causal};
+        const std::uint64_t seed = course::fresh_seed();
+        CAPTURE(s.text());
+        CAPTURE(seed);
+        for (const Scheme& scheme : {schemes()[0], schemes()[2]}) {
+          const Scheme c = centred(scheme);
+          check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed), Dtype::fp16, seed), c, seed);
+          check(s, Dtype::bf16, make_inputs(s, Dtype::bf16, seed), c, seed);
+          if (N >= 300) check(s, Dtype::fp16, rising_keys(s, Dtype::fp16, seed), c, seed);
+          if (N == 1000) {
+            check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), c, seed);
+            check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed), c,
+                  seed);
+          }
+        }
+      }
+  }
+  for (int k : {4, 8}) {  // the optimistic step with a share of its exponentials by polynomial
+    const WideBlocks wide(true);
+    const Poly poly(k);
+    CAPTURE(k);
+    for (bool causal : {false, true}) {
+      const Shape s{1, 2, softmax::testing::under_sanitizer() ? 300 : 1000, 128, causal};
       const std::uint64_t seed = course::fresh_seed();
       CAPTURE(s.text());
       CAPTURE(seed);
-      for (const Scheme& scheme : {schemes()[0], schemes()[2]}) {
-        const Scheme c = centred(scheme);
-        check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed), Dtype::fp16, seed), c, seed);
-        check(s, Dtype::bf16, make_inputs(s, Dtype::bf16, seed), c, seed);
-        if (N == 1000) {
-          check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), c, seed);
-          check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed), c,
-                seed);
-        }
-      }
+      const Scheme c = centred(schemes()[0]);
+      check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed), Dtype::fp16, seed), c, seed);
+      check(s, Dtype::fp16, rising_keys(s, Dtype::fp16, seed), c, seed);
     }
+  }
+  const WideBlocks wide;
   const Shape s64{1, 2, 300, 64, false};
   CHECK_THROWS_AS(run(s64, Dtype::fp16, make_inputs(s64, Dtype::fp16, 1), centred(schemes()[0]), 1), course::UsageError);
   CHECK_THROWS_AS(fp8::set_wide_key_blocks(true, Granularity::block), course::UsageError);
