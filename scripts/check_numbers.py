@@ -2249,6 +2249,44 @@ def _(D, F):
     return [t, 100 * t / 1346]
 
 
+def wide_opt09(F, d, N, causal):
+    """wide_opt.csv: the optimistic max against the wide rung, one process a causality, ABBA."""
+    ms = rounds09(F["stage09_wide_opt"], d, N, causal)
+    return {k: statistics.median(v) for k, v in ms.items()}, ms
+
+
+@spec("ch09-wide-opt", CH09)
+def _(row, D, F):
+    d, N, c = otc_cell09(row["cell"])
+    med, ms = wide_opt09(F, d, N, c)
+    spread = lambda v: [med[v], min(ms[v]), max(ms[v])]  # noqa: E731
+    w, o = med["fp8_per_tensor_wide"], med["fp8_per_tensor_wide_opt"]
+    return {"stage 08: ms (min–max)": spread("08_tuned"), "wide: ms (min–max)": spread("fp8_per_tensor_wide"),
+            "optimistic: ms (min–max)": spread("fp8_per_tensor_wide_opt"), "optimistic / wide": w / o,
+            "optimistic / stage 08": med["08_tuned"] / o}
+
+
+@prose(CH09, r"The polynomial with a quarter of the exponentials \(`--exp2-poly-every 4` on `_wide_opt`\) ran at\s([\d.]+) of it at N = 4096 and 16384")
+def _(D, F):
+    r = []
+    for N in (4096, 16384):
+        med, _ = wide_opt09(F, 128, N, 0)
+        poly = statistics.median(rounds09(F["stage09_wide_opt_poly"], 128, N, 0)["fp8_per_tensor_wide_opt_poly4"])
+        r.append(med["fp8_per_tensor_wide_opt"] / poly)
+    assert round(r[0], 2) == round(r[1], 2), r
+    return [r[0]]
+
+
+@prose(CH09, r"With the optimistic max the non-causal cells reach ([\d.]+)× and ([\d.]+)× stage 08 and the causal ones\s([\d.]+)× and ([\d.]+)×")
+def _(D, F):
+    out = []
+    for c in (0, 1):
+        for N in (4096, 16384):
+            med, _ = wide_opt09(F, 128, N, c)
+            out.append(med["08_tuned"] / med["fp8_per_tensor_wide_opt"])
+    return out
+
+
 def build09(F, build, d, N):
     """micro_and_barrier_order.csv: the median ms of one build's rounds, non-causal, per tensor."""
     x = [float(r["ms"]) for r in F["stage09_micro"] if r["build"] == build and f"N={N} d={d} causal=0" in r["shape"]]
@@ -2319,6 +2357,8 @@ def run(root):
         "stage09_otc": read_simple_csv(os.path.join(root, STAGE09, "o_on_tensor_cores.csv")),
         "stage09_otc_centred": read_simple_csv(os.path.join(root, STAGE09, "o_on_tensor_cores_centred.csv")),
         "stage09_wide": read_simple_csv(os.path.join(root, STAGE09, "wide_rung.csv")),
+        "stage09_wide_opt": read_simple_csv(os.path.join(root, STAGE09, "wide_opt.csv")),
+        "stage09_wide_opt_poly": read_simple_csv(os.path.join(root, STAGE09, "wide_opt_poly.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
