@@ -201,6 +201,22 @@ struct WideBlocks {
 // N(0, 1) inputs whose keys are scaled up block by block in the order the kernels visit them (the
 // last block first): key j by 1 + (the 256-key blocks after j's), so that a row's max grows by about
 // 4 log₂ units a block, past the optimistic step's headroom (3), and its fallback runs in most blocks.
+// N(0, 1) inputs where one query row in 16 (one a warp) rises and the others stay level: K's first
+// column grows by 8 a block in the visiting order, and only those rows' Q has 4 there (the others
+// 0). The rising row falls back every block; its warp's level rows must keep their m (a rule that
+// raised every row's m at each fallback would push their later blocks below e4m3's range).
+Inputs one_rising_row(const Shape& s, Dtype t, std::uint64_t seed) {
+  NormalInputs n = normal_inputs(s, t, seed);
+  const int blocks = (s.N + 255) / 256;
+  for (int h = 0; h < s.heads(); ++h)
+    for (int j = 0; j < s.N; ++j) {
+      const std::size_t at = (std::size_t(h) * s.N + j) * s.d;
+      n.K[at] += 8.0f * float(blocks - 1 - j / 256);
+      n.Q[at] = j % 16 == 0 ? 4.0f : 0.0f;
+    }
+  for (float& k : n.K) k = course::round_to(t, k);
+  return to_inputs(n, t, seed);
+}
 Inputs rising_keys(const Shape& s, Dtype t, std::uint64_t seed) {
   NormalInputs n = normal_inputs(s, t, seed);
   const int blocks = (s.N + 255) / 256;
@@ -263,6 +279,7 @@ TEST_CASE("the wide rung fp8_*_wide and _wide_opt (key blocks of 256, O on the t
           check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed), Dtype::fp16, seed), c, seed);
           check(s, Dtype::bf16, make_inputs(s, Dtype::bf16, seed), c, seed);
           if (N >= 300) check(s, Dtype::fp16, rising_keys(s, Dtype::fp16, seed), c, seed);
+          if (N >= 1000) check(s, Dtype::fp16, one_rising_row(s, Dtype::fp16, seed), c, seed);
           if (N == 1000) {
             check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), c, seed);
             check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed), c,

@@ -1,4 +1,4 @@
-# Analyse the wide rung's per-tile clock64 trace (scratch patch trace.patch): where a tile's time goes.
+# Analyse the wide rung's per-tile clock64 trace (scratch patch tile_trace.patch): where a tile's time goes.
 import sys, numpy as np
 for f in sys.argv[1:]:
     a = np.fromfile(f, dtype=np.uint64).astype(np.int64)
