@@ -679,7 +679,14 @@ __device__ bool optimistic_p(const float (&S)[NT][4], const float (&m)[2], float
   return (hit & 0x80808080u) != 0;
 }
 
-template <class T, bool kOptimistic, int kPolyEvery = 0>
+// kSoftmaxTurns (fp8_*_wide_turns, with the optimistic max; an experiment that failed): the two
+// warpgroups' softmaxes take turns too (named barriers kSoftTurn + c), as their products do. The
+// trace found each softmax about three quarters of a block's time, so the two overlap and share the
+// exponential unit; in turns, each would run alone, under the other's products. Predicted +10-30 %
+// if sharing the unit was what slowed them, −5 to −15 % if a softmax alone is as slow (its own
+// latencies). Measured 0.85-0.88 of wide_opt: the second; the overlap was hiding latency.
+constexpr int kSoftTurn = 6;
+template <class T, bool kOptimistic, int kPolyEvery = 0, bool kSoftmaxTurns = false>
 __global__ void __launch_bounds__(128 * 3, 1)
     flash_v3_fp8_wide(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                       const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO, tc::Params p,
@@ -703,7 +710,13 @@ __global__ void __launch_bounds__(128 * 3, 1)
     const int cwg = wg - 1, cwarp = warp - 4;
     auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
     auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (cwg + 1) % kWG, 256); };
-    if (cwg == kWG - 1) pass_turn();
+    auto wait_soft = [&] {
+      if constexpr (kSoftmaxTurns) hopper::named_barrier_sync(kSoftTurn + cwg, 256);
+    };
+    auto pass_soft = [&] {
+      if constexpr (kSoftmaxTurns) hopper::named_barrier_arrive(kSoftTurn + (cwg + 1) % kWG, 256);
+    };
+    if (cwg == kWG - 1) pass_turn(), pass_soft();
     const float c0 = p.scale * ptx::kLog2e;
     auto at = [](const void* x) { return hopper::smem_u32(x); };
     // The warp's 16 rows of O's staging: in the warpgroup's first P̃ tile.
@@ -785,6 +798,8 @@ __global__ void __launch_bounds__(128 * 3, 1)
       for (int b = 0; b < b0; ++b) {  // causal: the blocks past the warpgroup's rows, an empty turn
         wait_turn();
         pass_turn();
+        wait_soft();
+        pass_soft();
         pipe.wait_k(it + b);
         pipe.release_k(it + b);
         pipe.wait_v(it + b);
@@ -801,7 +816,9 @@ __global__ void __launch_bounds__(128 * 3, 1)
       pipe.release_k(it + b0);
       if (b0 == blocks - 1) pipe.release_q();
       mask(b0);
+      wait_soft();
       softmax_p(b0, it + b0);
+      pass_soft();
       for (int b = b0 + 1; b < blocks; ++b) {
         const int k = it + b;
         pipe.wait_k(k);
@@ -819,7 +836,9 @@ __global__ void __launch_bounds__(128 * 3, 1)
         pipe.release_k(k);
         if (b == blocks - 1) pipe.release_q();
         mask(b);
+        wait_soft();
         softmax_p(b, k);
+        pass_soft();
         hopper::wgmma_wait<0>();
         hopper::fence_registers(o[0]);
         take_row_sums();
@@ -844,7 +863,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
       fa3::write_output_tma<T, D>(reinterpret_cast<const float(&)[1][DT][4]>(o), mm, ll, stage, &mapO, p, h, warp_row0, {sc.v[hb], kLn2, -8.0f * kLn2, sc.v_mean + size_t(h) * D});
     }
     if (threadIdx.x % 32 == 0) hopper::bulk_wait<0>();
-    if (cwg == 0) wait_turn();
+    if (cwg == 0) wait_turn(), wait_soft();
   }
 }
 
@@ -854,7 +873,7 @@ POperand p_operand = POperand::by_d;  // set_p_operand
 int acc_tc_warpgroups = 0;            // set_o_on_tensor_cores
 bool acc_tc_lazy = false;
 bool wide_blocks = false;             // set_wide_key_blocks
-bool wide_optimistic = false;
+bool wide_optimistic = false, wide_turns = false;
 
 }  // namespace
 
@@ -875,11 +894,12 @@ void set_o_on_tensor_cores(int warpgroups, bool lazy) {
   acc_tc_lazy = lazy;
 }
 
-void set_wide_key_blocks(bool on, Granularity v_scales, bool optimistic) {
+void set_wide_key_blocks(bool on, Granularity v_scales, bool optimistic, bool softmax_turns) {
   course::require(!on || v_scales == Granularity::tensor,
                   "fp8: key blocks of 256 need V's descale per tensor (l sums on the tensor cores with o)");
   wide_blocks = on;
-  wide_optimistic = on && optimistic;
+  wide_optimistic = on && (optimistic || softmax_turns);
+  wide_turns = on && softmax_turns;
 }
 
 void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L) {
@@ -893,7 +913,7 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const int Br = acc_tc_warpgroups != 0 ? 64 * acc_tc_warpgroups : attention_tiles(s).Br;
   const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, Br, qk_swizzle});
-  course::require(!wide_blocks || (s.d == 128 && acc_tc_warpgroups == 0 && (poly_every == 0 || wide_optimistic) &&
+  course::require(!wide_blocks || (s.d == 128 && acc_tc_warpgroups == 0 && (poly_every == 0 || (wide_optimistic && !wide_turns)) &&
                                    row_sum_by_mma && p_operand == POperand::by_d),
                   "fp8: key blocks of 256 run at d = 128, on their own (no other experiment or ablation; "
                   "the optimistic max takes --exp2-poly-every)");
@@ -927,6 +947,7 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     using T = decltype(type);
     const size_t bytes = Smem<128, 2, 128, true, true, kBcWide, true>::kBytes;
     const auto kernel = !wide_optimistic ? flash_v3_fp8_wide<T, false>
+                        : wide_turns      ? flash_v3_fp8_wide<T, true, 0, true>
                         : poly_every == 4 ? flash_v3_fp8_wide<T, true, 4>
                         : poly_every == 8 ? flash_v3_fp8_wide<T, true, 8>
                                           : flash_v3_fp8_wide<T, true>;

@@ -67,6 +67,8 @@ void set_o_on_tensor_cores(int warpgroups, bool lazy = false);
 // warpgroups. V must be centred (as the experiment above) and its descale per tensor (v_scales):
 // UsageError otherwise. false (the default): key blocks of 128.
 // optimistic (fp8_*_wide_opt): P̃ first with m as it stands, the row max only when some P̃ overflowed.
-void set_wide_key_blocks(bool on, Granularity v_scales = Granularity::tensor, bool optimistic = false);
+// softmax_turns (fp8_*_wide_turns): that, with the two warpgroups' softmaxes taking turns.
+void set_wide_key_blocks(bool on, Granularity v_scales = Granularity::tensor, bool optimistic = false,
+                         bool softmax_turns = false);
 
 }  // namespace attention::fp8

@@ -222,9 +222,10 @@ int main(int argc, char** argv) {
     // quantise V centred, and quant_<scheme>_centred times that quantisation; fp8_<scheme>_wide, the
     // wide rung: key blocks of 256, O and l on the tensor cores with the lazy rescale (d = 128, the
     // per-tensor schemes; V centred); fp8_<scheme>_wide_opt, the experiment on it: the optimistic max
-    // (the row max only when P̃ overflowed e4m3; --exp2-poly-every applies to it too).
+    // (the row max only when P̃ overflowed e4m3; --exp2-poly-every applies to it too); and
+    // fp8_<scheme>_wide_turns, that with the two warpgroups' softmaxes taking turns.
     std::vector<std::string> known = variants;
-    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt"};
+    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns"};
     for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
       known.push_back("quant_" + centred(s).name());
@@ -280,7 +281,8 @@ int main(int argc, char** argv) {
           };
           const bool fadd = ends("_fadd"), preg = ends("_preg"), psmem = ends("_psmem");
           const int acc_wg = ends("_acc2") ? 2 : ends("_acc3") || ends("_lazy3") ? 3 : 0;
-          const bool wide_opt = ends("_wide_opt"), wide = ends("_wide") || wide_opt;
+          const bool wide_opt = ends("_wide_opt"), wide_turns = ends("_wide_turns"),
+                     wide = ends("_wide") || wide_opt || wide_turns;
           size_t suffix = 0;
           for (const char* a : ablations)
             if (ends(a)) suffix = std::strlen(a);
@@ -345,7 +347,7 @@ int main(int argc, char** argv) {
               continue;
             }
             fp8::set_o_on_tensor_cores(acc_wg, ends("_lazy3"));
-            fp8::set_wide_key_blocks(wide, Granularity::tensor, wide_opt);
+            fp8::set_wide_key_blocks(wide, Granularity::tensor, wide_opt, wide_turns);
             try {
               course::require_fits(0.0, flash_v2_device_bytes(s, t) + Fp8Buffers::bytes(s), name + " " + s.text());
             } catch (const course::ResourceError& e) {
@@ -419,6 +421,9 @@ int main(int argc, char** argv) {
       notes.push_back("fp8_*_wide_opt: the experiment on the wide rung: the optimistic max (P~ with the running max "
                       "first, the row max and P~ again only where some P~ overflowed e4m3; m kept 3 log2 units above "
                       "the max); --exp2-poly-every applies to it");
+    if (named("_wide_turns"))
+      notes.push_back("fp8_*_wide_turns: the experiment _wide_opt with the two consumer warpgroups' softmaxes taking "
+                      "turns (named barriers), as their products do");
     if (named("_psmem"))
       notes.push_back("fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
                       "only)");

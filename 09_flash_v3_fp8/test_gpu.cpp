@@ -195,7 +195,9 @@ struct AccVariant {
 constexpr AccVariant kAccVariants[] = {{"acc2", 2, false}, {"acc3", 3, false}, {"lazy3", 3, true}};
 // The wide rung (set_wide_key_blocks), reset when the case ends or throws.
 struct WideBlocks {
-  explicit WideBlocks(bool optimistic = false) { fp8::set_wide_key_blocks(true, Granularity::tensor, optimistic); }
+  explicit WideBlocks(bool optimistic = false, bool turns = false) {
+    fp8::set_wide_key_blocks(true, Granularity::tensor, optimistic, turns);
+  }
   ~WideBlocks() { fp8::set_wide_key_blocks(false); }
 };
 // N(0, 1) inputs whose keys are scaled up block by block in the order the kernels visit them (the
@@ -264,9 +266,11 @@ TEST_CASE("the experiment fp8_*_acc2, _acc3, _lazy3 (O on the tensor cores) keep
 // per-tensor schemes (the rung needs V's descale per tensor: the per-block ones are refused). Both the
 // rung and its experiment _wide_opt (the optimistic max), that one also with the polynomial.
 TEST_CASE("the wide rung fp8_*_wide and _wide_opt (key blocks of 256, O on the tensor cores) keep the bound, V centred") {
-  for (bool optimistic : {false, true}) {
-    const WideBlocks wide(optimistic);
+  for (int mode : {0, 1, 2}) {  // the rung, the optimistic max, and that with the softmaxes in turns
+    const bool optimistic = mode >= 1, turns = mode == 2;
+    const WideBlocks wide(optimistic, turns);
     CAPTURE(optimistic);
+    CAPTURE(turns);
     for (bool causal : {false, true})
       for (int N : {1, 129, 300, 1000, 2049}) {
         if (N > 1000 && softmax::testing::under_sanitizer()) continue;

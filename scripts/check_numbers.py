@@ -2286,6 +2286,16 @@ def _(D, F):
     return out
 
 
+@prose(CH09, r"medians of four; \[stage09/wide_turns\.csv\]\(results/h100/stage09/wide_turns\.csv\)\): ([\d.]+) at\sN = 4096, ([\d.]+) at 16384, ([\d.]+) and ([\d.]+) causal")
+def _(D, F):
+    out = []
+    for c in (0, 1):
+        for N in (4096, 16384):
+            ms = rounds09(F["stage09_wide_turns"], 128, N, c)
+            out.append(statistics.median(ms["fp8_per_tensor_wide_opt"]) / statistics.median(ms["fp8_per_tensor_wide_turns"]))
+    return out
+
+
 def build09(F, build, d, N):
     """micro_and_barrier_order.csv: the median ms of one build's rounds, non-causal, per tensor."""
     x = [float(r["ms"]) for r in F["stage09_micro"] if r["build"] == build and f"N={N} d={d} causal=0" in r["shape"]]
@@ -2358,6 +2368,7 @@ def run(root):
         "stage09_wide": read_simple_csv(os.path.join(root, STAGE09, "wide_rung.csv")),
         "stage09_wide_opt": read_simple_csv(os.path.join(root, STAGE09, "wide_opt.csv")),
         "stage09_wide_opt_poly": read_simple_csv(os.path.join(root, STAGE09, "wide_opt_poly.csv")),
+        "stage09_wide_turns": read_simple_csv(os.path.join(root, STAGE09, "wide_turns.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
