@@ -2296,6 +2296,16 @@ def _(D, F):
     return out
 
 
+@prose(CH09, r"in the run of the softmaxes in turns the same kernel measured ([\d.]+)×, ([\d.]+)×, ([\d.]+)×\sand ([\d.]+)×")
+def _(D, F):
+    out = []
+    for c in (0, 1):
+        for N in (4096, 16384):
+            ms = rounds09(F["stage09_wide_turns"], 128, N, c)
+            out.append(statistics.median(ms["08_tuned"]) / statistics.median(ms["fp8_per_tensor_wide_opt"]))
+    return out
+
+
 def build09(F, build, d, N):
     """micro_and_barrier_order.csv: the median ms of one build's rounds, non-causal, per tensor."""
     x = [float(r["ms"]) for r in F["stage09_micro"] if r["build"] == build and f"N={N} d={d} causal=0" in r["shape"]]
