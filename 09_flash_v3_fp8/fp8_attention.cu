@@ -636,7 +636,9 @@ __device__ void softmax_scores_wide(float (&S)[NT][4], float (&m)[2], float c0, 
 // 2^-11 of the row's largest lose bits to the subnormals).
 // What it should buy: the 128 FMNMX, the shuffles and the wait for the max off every block (18 % of
 // the loop's instructions); predicted +8-14 %. Measured (H100, d = 128, ABBA against the wide rung):
-// the instructions fell 18 % and the time 0.2-2.8 %: the warps were not bound by their own count.
+// the instructions fell 18 % and the time 1-4 %: the warps were not bound by their own count; while
+// the exponentials run they wait on MUFU's issue (31 % of the loop's stall samples), and the unit
+// idles through the rest of the block.
 // A first version (headroom 2, m moved only past a threshold) fell back in most causal tiles'
 // second blocks, where the diagonal block had left short rows a low max: 0.92-0.93 there.
 // kPolyEvery (--exp2-poly-every 4, 8): the polynomial as in the default kernel; measured 0.93 at
@@ -913,8 +915,9 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const int Br = acc_tc_warpgroups != 0 ? 64 * acc_tc_warpgroups : attention_tiles(s).Br;
   const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, Br, qk_swizzle});
-  course::require(!wide_blocks || (s.d == 128 && acc_tc_warpgroups == 0 && (poly_every == 0 || (wide_optimistic && !wide_turns)) &&
-                                   row_sum_by_mma && p_operand == POperand::by_d),
+  const bool poly_ok = poly_every == 0 || (wide_optimistic && !wide_turns);  // the polynomial: _wide_opt only
+  course::require(!wide_blocks || (s.d == 128 && acc_tc_warpgroups == 0 && poly_ok && row_sum_by_mma &&
+                                   p_operand == POperand::by_d),
                   "fp8: key blocks of 256 run at d = 128, on their own (no other experiment or ablation; "
                   "the optimistic max takes --exp2-poly-every)");
   const int Bc = wide_blocks ? kBcWide : kBc;

@@ -265,7 +265,7 @@ TEST_CASE("the experiment fp8_*_acc2, _acc3, _lazy3 (O on the tensor cores) keep
 // fp16 and bf16, zero-mean, offset (V centred), large-logit, outlier and rising-key inputs; the two
 // per-tensor schemes (the rung needs V's descale per tensor: the per-block ones are refused). Both the
 // rung and its experiment _wide_opt (the optimistic max), that one also with the polynomial.
-TEST_CASE("the wide rung fp8_*_wide and _wide_opt (key blocks of 256, O on the tensor cores) keep the bound, V centred") {
+TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _wide_turns (key blocks of 256) keep the bound, V centred") {
   for (int mode : {0, 1, 2}) {  // the rung, the optimistic max, and that with the softmaxes in turns
     const bool optimistic = mode >= 1, turns = mode == 2;
     const WideBlocks wide(optimistic, turns);
