@@ -2249,6 +2249,11 @@ def _(D, F):
     return [t, 100 * t / 1346]
 
 
+def cells09(fn):
+    """fn(N, causal) for the four d = 128 cells, in the chapter's order: 4096, 16384, causal 4096, 16384."""
+    return [fn(N, c) for c in (0, 1) for N in (4096, 16384)]
+
+
 def wide_opt09(F, d, N, causal):
     """wide_opt.csv: the optimistic max against the wide rung, one process a causality, ABBA."""
     ms = rounds09(F["stage09_wide_opt"], d, N, causal)
@@ -2278,32 +2283,26 @@ def _(D, F):
 
 @prose(CH09, r"With the optimistic max the non-causal cells reach ([\d.]+)× and ([\d.]+)× stage 08 and the causal ones\s([\d.]+)× and ([\d.]+)×")
 def _(D, F):
-    out = []
-    for c in (0, 1):
-        for N in (4096, 16384):
-            med, _ = wide_opt09(F, 128, N, c)
-            out.append(med["08_tuned"] / med["fp8_per_tensor_wide_opt"])
-    return out
+    def ratio(N, c):
+        med, _ = wide_opt09(F, 128, N, c)
+        return med["08_tuned"] / med["fp8_per_tensor_wide_opt"]
+    return cells09(ratio)
 
 
 @prose(CH09, r"medians of four; \[stage09/wide_turns\.csv\]\(results/h100/stage09/wide_turns\.csv\)\): ([\d.]+) at\sN = 4096, ([\d.]+) at 16384, ([\d.]+) and ([\d.]+) causal")
 def _(D, F):
-    out = []
-    for c in (0, 1):
-        for N in (4096, 16384):
-            ms = rounds09(F["stage09_wide_turns"], 128, N, c)
-            out.append(statistics.median(ms["fp8_per_tensor_wide_opt"]) / statistics.median(ms["fp8_per_tensor_wide_turns"]))
-    return out
+    def ratio(N, c):
+        ms = rounds09(F["stage09_wide_turns"], 128, N, c)
+        return statistics.median(ms["fp8_per_tensor_wide_opt"]) / statistics.median(ms["fp8_per_tensor_wide_turns"])
+    return cells09(ratio)
 
 
 @prose(CH09, r"in the run of the softmaxes in turns the same kernel measured ([\d.]+)×, ([\d.]+)×, ([\d.]+)×\sand ([\d.]+)×")
 def _(D, F):
-    out = []
-    for c in (0, 1):
-        for N in (4096, 16384):
-            ms = rounds09(F["stage09_wide_turns"], 128, N, c)
-            out.append(statistics.median(ms["08_tuned"]) / statistics.median(ms["fp8_per_tensor_wide_opt"]))
-    return out
+    def ratio(N, c):
+        ms = rounds09(F["stage09_wide_turns"], 128, N, c)
+        return statistics.median(ms["08_tuned"]) / statistics.median(ms["fp8_per_tensor_wide_opt"])
+    return cells09(ratio)
 
 
 def build09(F, build, d, N):
