@@ -183,6 +183,33 @@ struct Pipeline {
   }
 };
 
+// The warp's 16 staged rows of O out (the end of write_output_tma; stage 09's wide epilogue too): the
+// fence orders the staging's ordinary stores before the copy engine reads them; lane 0 issues the
+// TMA stores. Rows before 0 (a head's first causal tile laid from the end): the lanes copy the rows
+// from 0 on themselves.
+template <int D>
+__device__ void store_staged_output(const uint16_t* stage, const CUtensorMap* mapO, const Params& p, int h, int row0) {
+  const int lane = tc::lane_id();
+  hopper::fence_proxy_async();
+  __syncwarp();
+  if (row0 >= 0) {
+    if (lane == 0) {
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b) hopper::tma_store_3d(mapO, stage + b * 16 * 64, 64 * b, row0, h);
+      hopper::bulk_commit();
+    }
+  } else {
+    constexpr int kChunks = D / 8;
+#pragma unroll
+    for (int f = lane; f < 16 * kChunks; f += 32) {
+      const int r = f / kChunks, c = f % kChunks;
+      if (row0 + r >= 0 && row0 + r < p.N)
+        __stcg(reinterpret_cast<uint4*>(p.O + (size_t(h) * p.N + row0 + r) * D) + c,
+               *reinterpret_cast<const uint4*>(stage + hopper::swizzle128<16>(r, c)));
+    }
+  }
+}
+
 // --- rung 6's epilogue: O written out by the copy engine -------------------------------------------
 // Stage 06's epilogue (tc::write_output) for one warp's 16 rows, up to the staging: O = o / l into
 // `stage`, L = scale·m + log l. Then, instead of 32 lanes copying the staging out in 16-byte pieces
@@ -226,24 +253,7 @@ __device__ void write_output_tma(const float (&o)[1][D / 8][4], const float (&m)
     }
     if (t == 0 && unsigned(row0 + r) < unsigned(p.N)) p.L[size_t(h) * p.N + row0 + r] = e.m_times * m[0][hh] + logf(l[0][hh]) + e.L_add;
   }
-  hopper::fence_proxy_async();  // the staging's ordinary stores, before the copy engine reads it
-  __syncwarp();
-  if (row0 >= 0) {
-    if (lane == 0) {
-#pragma unroll
-      for (int b = 0; b < D / 64; ++b) hopper::tma_store_3d(mapO, stage + b * 16 * 64, 64 * b, row0, h);
-      hopper::bulk_commit();
-    }
-  } else {  // a head's first causal tile laid from the end: the lanes copy the rows from 0 on (see above)
-    constexpr int kChunks = D / 8;
-#pragma unroll
-    for (int f = lane; f < 16 * kChunks; f += 32) {
-      const int r = f / kChunks, c = f % kChunks;
-      if (row0 + r >= 0 && row0 + r < p.N)
-        __stcg(reinterpret_cast<uint4*>(p.O + (size_t(h) * p.N + row0 + r) * D) + c,
-               *reinterpret_cast<const uint4*>(stage + hopper::swizzle128<16>(r, c)));
-    }
-  }
+  store_staged_output<D>(stage, mapO, p, h, row0);
 }
 
 // --- the persistent rungs' tile counter -----------------------------------------------------------------

@@ -299,6 +299,15 @@ __device__ inline void tma_load_3d(void* smem_dst, const CUtensorMap* map, uint6
       : "memory");
 }
 
+// The same engine without a tensor map (PTX ISA, "cp.async.bulk"): `bytes` contiguous bytes (a
+// multiple of 16, both addresses 16-byte aligned) from global to shared memory, landing on `bar`.
+__device__ inline void bulk_load(void* smem_dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(smem_dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+
 // The other direction (PTX ISA, the same section, and "cp.async.bulk.commit_group /
 // cp.async.bulk.wait_group"): the copy engine reads a box from shared memory and writes it to the
 // tensor; the parts of the box outside the tensor (rows before 0 or from N on) are not written.

@@ -112,21 +112,24 @@ struct Scales {
 // 128-byte swizzle's rows are 128 bytes), each with its 8 rows of ones; P̃'s tile likewise two of
 // 64 × 128. kStageInP: no region for O's staging (the wide rung stages O in its first P̃ tile).
 // At Bc = 128 the layout is the one above.
-template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false>
+// kVbar (the wide rung's epilogue, wide_epi and wide_ovl): two slots of v̄ (D floats each), tile n's in
+// slot n % 2, copied in with its Q.
+template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false, bool kVbar = false>
 struct Smem {
   static constexpr int kVtHalf = (D + (kOnes ? 8 : 0)) * 128;  // one 128-key tile of Vᵀ (and its ones)
   static constexpr int kQ = 0, kKV = kBr * D, kSlot = Bc * D + (Bc / 128) * kVtHalf;
   static constexpr int kO = kKV + kStages * kSlot;
   static constexpr int kPt = kO + (kStageInP ? 0 : kBr * D * 2);
-  static constexpr int kBar = kPt + (kP ? 2 * kBr * Bc : 0);
+  static constexpr int kVb = kPt + (kP ? 2 * kBr * Bc : 0);
+  static constexpr int kBar = kVb + (kVbar ? 2 * D * 4 : 0);
   static constexpr size_t kBytes = size_t(kBar) + 8 * (2 + 4 * kStages + 1) + 1024;
 };
 
 // Rung 6's pipeline (fa3_common.cuh's Pipeline, for one Q slot and its own staging) in bytes: the
 // same barriers, phases and protocol; Vᵀ's copy takes the key block's columns of D rows.
-template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false>
+template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false, bool kVbar = false>
 struct Pipeline {
-  using L = Smem<D, kStages, kBr, kOnes, kP, Bc, kStageInP>;
+  using L = Smem<D, kStages, kBr, kOnes, kP, Bc, kStageInP, kVbar>;
   uint8_t* smem;
   __device__ uint8_t* Q() const { return smem + L::kQ; }
   __device__ uint8_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
@@ -134,6 +137,7 @@ struct Pipeline {
   __device__ uint16_t* O() const { return reinterpret_cast<uint16_t*>(smem + L::kO); }
   // Consumer warpgroup c's P̃ tile for key blocks of parity `it & 1` (64 rows × Bc bytes).
   __device__ uint8_t* P(int c, int it) const { return smem + L::kPt + (2 * c + (it & 1)) * 64 * Bc; }
+  __device__ const float* vbar(int n) const { return reinterpret_cast<const float*>(smem + L::kVb) + (n & 1) * D; }
   __device__ uint64_t* bar(int k) const { return reinterpret_cast<uint64_t*>(smem + L::kBar) + k; }
   __device__ uint64_t* q_full() const { return bar(0); }
   __device__ uint64_t* q_empty() const { return bar(1); }
@@ -170,10 +174,13 @@ struct Pipeline {
   }
   // The producer (one thread), once tile n's Q slot is free (q_empty): its Q, then its key blocks
   // from the last to the first, numbered on from `it`; returns the next number.
+  // kVbar: the head's v̄ too, into slot n % 2 (the slot of tile n − 2, whose epilogue ended before
+  // this tile's Q slot was released).
   __device__ int produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapVt, int row0, int h,
-                         int blocks, int it) const {
-    hopper::mbarrier_arrive_expect_tx(q_full(), kBr * D);
+                         int blocks, int it, const float* v_mean, int n) const {
+    hopper::mbarrier_arrive_expect_tx(q_full(), kBr * D + (kVbar ? D * 4 : 0));
     hopper::tma_load_3d(Q(), mapQ, q_full(), 0, row0, h);
+    if constexpr (kVbar) hopper::bulk_load(const_cast<float*>(vbar(n)), v_mean + size_t(h) * D, D * 4, q_full());
     for (int j = blocks - 1; j >= 0; --j, ++it) {
       hopper::mbarrier_wait(k_empty(it), phase(it) ^ 1);
       hopper::mbarrier_arrive_expect_tx(k_full(it), Bc * D);
@@ -187,7 +194,19 @@ struct Pipeline {
     return it;
   }
   // Tile t of the persistent grid: head h, query block i (causal: a head's last, heaviest, first).
-  __device__ static void tile(int t, int Tr, bool causal, int& i, int& h) {
+  // group > 1 (causal, wide_ovl): the heads in groups of `group` (the last one smaller), a group's
+  // tiles heaviest first across its heads, FlashAttention-3's LPT order (longest processing time
+  // first). A head at a time, the grid's last tiles include some head's heaviest, started when the
+  // other blocks are almost done (a simulation of N = 4096, 64 heads: 6 % over the ideal finish);
+  // in groups, they are the last group's lightest (1-2 %). The group's K and V stay in L2 (launch
+  // picks `group` so that they take at most 16 MB).
+  __device__ static void tile(int t, int Tr, bool causal, int& i, int& h, int heads = 1, int group = 1) {
+    if (group > 1 && causal) {
+      const int g0 = t / (group * Tr) * group, n = min(group, heads - g0), r = t - g0 * Tr;
+      h = g0 + r % n;
+      i = Tr - 1 - r / n;
+      return;
+    }
     h = t / Tr;
     i = causal ? Tr - 1 - t % Tr : t % Tr;
   }
@@ -195,7 +214,8 @@ struct Pipeline {
   // each published in its tile slot once its Q slot is free, and produced; -1 when none is left.
   // Causal tiles are laid from N rounded up to 64 (N64, see the kernels).
   __device__ void produce_tiles(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapVt,
-                                const tc::Params& p, int N64, int Tr, int tiles, int* next_tile) const {
+                                const tc::Params& p, int N64, int Tr, int tiles, int* next_tile,
+                                const float* v_mean = nullptr, int group = 1) const {
     int it = 0;
     for (int n = 0, t = blockIdx.x;; ++n, t = atomicAdd(next_tile, 1) + gridDim.x) {
       if (t >= tiles) {
@@ -206,11 +226,11 @@ struct Pipeline {
         return;
       }
       int i, h;
-      tile(t, Tr, p.causal, i, h);
+      tile(t, Tr, p.causal, i, h, tiles / Tr, group);
       hopper::mbarrier_wait(q_empty(), (n & 1) ^ 1);
       *tile_slot(n) = t;  // published by the arrive on q_full (release)
       it = produce(mapQ, mapK, mapVt, query_row0(N64, kBr, p.causal, true, i), h,
-                   key_blocks(N64, kBr, Bc, p.causal, i, true), it);
+                   key_blocks(N64, kBr, Bc, p.causal, i, true), it, v_mean, n);
     }
   }
   __device__ void wait_q(int n) const { hopper::mbarrier_wait(q_full(), n & 1); }
@@ -685,6 +705,41 @@ __device__ bool optimistic_p(const float (&S)[NT][4], const float (&m)[2], float
   return (hit & 0x80808080u) != 0;
 }
 
+// The wide rung's epilogue from wide_epi on: stage 08's write_output_tma, with v̄ from shared memory
+// (the producer copies it in with the tile's Q, Pipeline's kVbar) where write_output_tma loads it
+// from global memory. There, ptxas issues the loads after the wait for the last P̃·V, 16 for row g
+// and again 16 for row g + 8 (they may alias the staging's stores): two trips to L2 on the way out
+// of every tile, whose epilogue the trace timed at 1.0-1.3 µs (a block is 2.4). And l as the tensor
+// cores summed it: every lane of a quad holds the whole sum, so no shuffles; 1/l approximate (2 ulp,
+// where an exact division calls a slow path, and ptxas saves registers around the call).
+// What it should buy: most of those two trips, 0.5-0.8 µs a tile: +1-2 % at N = 4096, +2-3 % causal.
+template <class T, int D, int J>
+__device__ void write_output_wide(const float (&o)[J][4], const float (&m)[2], const float (&l)[2], uint16_t* stage,
+                                  const float* vbar, const CUtensorMap* mapO, const tc::Params& p, int h, int row0,
+                                  float o_times) {
+  constexpr float kLn2 = 0.69314718f;
+  const int lane = tc::lane_id(), g = lane / 4, t = lane % 4;
+  // The lane's columns of v̄ (8d + 2t and 8d + 2t + 1), all loaded before the first store to the
+  // staging: ptxas keeps a load after a store that may alias it (one load's latency a column, read
+  // one after another, in a first version).
+  float2 add[D / 8];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) add[d] = *reinterpret_cast<const float2*>(vbar + 8 * d + 2 * t);
+  if (lane == 0) hopper::bulk_wait_read<0>();
+  __syncwarp();
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {  // rows g and g + 8
+    const float inv = __fdividef(o_times, l[hh]);  // MUFU.RCP and a multiply (2 ulp), no call to a slow path
+    const int r = g + 8 * hh;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+      *reinterpret_cast<uint32_t*>(stage + hopper::swizzle128<16>(r, d) + 2 * t) =
+          ptx::pack<T>(o[d][2 * hh] * inv + add[d].x, o[d][2 * hh + 1] * inv + add[d].y);
+    if (t == 0 && unsigned(row0 + r) < unsigned(p.N)) p.L[size_t(h) * p.N + row0 + r] = kLn2 * m[hh] + logf(l[hh]) - 8.0f * kLn2;
+  }
+  fa3::store_staged_output<D>(stage, mapO, p, h, row0);
+}
+
 // kSoftmaxTurns (fp8_*_wide_turns, with the optimistic max; an experiment that failed): the two
 // warpgroups' softmaxes take turns too (named barriers kSoftTurn + c), as their products do. The
 // trace found each softmax about three quarters of a block's time, so the two overlap and share the
@@ -692,13 +747,14 @@ __device__ bool optimistic_p(const float (&S)[NT][4], const float (&m)[2], float
 // if sharing the unit was what slowed them, −5 to −15 % if a softmax alone is as slow (its own
 // latencies). Measured 0.85-0.88 of wide_opt: the second; the overlap was hiding latency.
 constexpr int kSoftTurn = 6;
-template <class T, bool kOptimistic, int kPolyEvery = 0, bool kSoftmaxTurns = false>
+// kVbarSmem (fp8_*_wide_epi, with the optimistic max): the epilogue write_output_wide, v̄ from shared memory.
+template <class T, bool kOptimistic, int kPolyEvery = 0, bool kSoftmaxTurns = false, bool kVbarSmem = false>
 __global__ void __launch_bounds__(128 * 3, 1)
     flash_v3_fp8_wide(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                       const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO, tc::Params p,
                       Scales sc, int heads, int* next_tile) {
   constexpr int D = 128, kWG = 2, kStages = 2, Bc = kBcWide, NT = Bc / 8, DT = D / 8, kBr = 64 * kWG, NV = D + 8;
-  using Pipe = Pipeline<D, kStages, kBr, true, true, Bc, true>;
+  using Pipe = Pipeline<D, kStages, kBr, true, true, Bc, true, kVbarSmem>;
   extern __shared__ uint8_t smem_raw[];
   const Pipe pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
@@ -710,7 +766,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
 
   if (wg == 0) {  // ---- the producer: the kernel above's ----
     hopper::setmaxnreg_dec<producer_registers<kWG>()>();
-    if (threadIdx.x == 0) pipe.produce_tiles(&mapQ, &mapK, &mapVt, p, N64, Tr, tiles, next_tile);
+    if (threadIdx.x == 0) pipe.produce_tiles(&mapQ, &mapK, &mapVt, p, N64, Tr, tiles, next_tile, sc.v_mean);
   } else {  // ---- the consumers ----
     hopper::setmaxnreg_inc<fa3::consumer_registers<kWG, producer_registers<kWG>()>()>();
     const int cwg = wg - 1, cwarp = warp - 4;
@@ -860,13 +916,217 @@ __global__ void __launch_bounds__(128 * 3, 1)
       pipe.release_v(k);
       it += blocks;
 
-      constexpr float kLn2 = 0.69314718f;
-      // l from the ones columns: every lane of a quad holds the whole sum, each passes a quarter.
-      float mm[1][2] = {{m[0], m[1]}}, ll[1][2] = {{l[0] * 0.25f, l[1] * 0.25f}};
-      fa3::write_output_tma<T, D>(reinterpret_cast<const float(&)[1][DT][4]>(o), mm, ll, stage, &mapO, p, h, warp_row0, {sc.v[hb], kLn2, -8.0f * kLn2, sc.v_mean + size_t(h) * D});
+      if constexpr (kVbarSmem) {
+        write_output_wide<T, D>(o[0], m, l, stage, pipe.vbar(n), &mapO, p, h, warp_row0, sc.v[hb]);
+      } else {
+        constexpr float kLn2 = 0.69314718f;
+        // l from the ones columns: every lane of a quad holds the whole sum, each passes a quarter.
+        float mm[1][2] = {{m[0], m[1]}}, ll[1][2] = {{l[0] * 0.25f, l[1] * 0.25f}};
+        fa3::write_output_tma<T, D>(reinterpret_cast<const float(&)[1][DT][4]>(o), mm, ll, stage, &mapO, p, h,
+                                    warp_row0, {sc.v[hb], kLn2, -8.0f * kLn2, sc.v_mean + size_t(h) * D});
+      }
     }
     if (threadIdx.x % 32 == 0) hopper::bulk_wait<0>();
     if (cwg == 0) wait_turn(), wait_soft();
+  }
+}
+
+// ---- an experiment on wide_epi: a tile's end under the next tile's first S (fp8_*_wide_ovl) ----
+// What changed from wide_epi (the optimistic max, v̄ from shared memory): stage 08's tile_overlap for
+// this rung. At a tile's end a warpgroup waited for its last P̃·V, wrote O out, then issued the next
+// tile's first S = Q·Kᵀ and waited for it with nothing else to do: the trace timed 1.0-1.3 µs of
+// epilogue and 0.3-0.6 µs of that S a tile, the warpgroup's exponentials stopped all the while.
+// Here the last P̃·V and the next tile's first S are one turn at the tensor cores (P̃·V first, so
+// that wgmma_wait<1> returns when o is complete), and the epilogue runs while S is computed.
+//  - Q keeps one slot: a warpgroup releases Q after its last S, a block before the tile's end, and
+//    the next tile's Q lands within that block (the trace's wait for Q was 0.04 µs).
+//  - O's staging: the warpgroup's P̃ tile that the next tile's first block does not write (the last
+//    P̃·V's, or the one before it: both read to the end). Each warp waits for its copy to have read
+//    the staging before its next tile's first softmax; the next turn (a barrier of all four warps)
+//    orders those waits before any write into that tile.
+//  - At most one key block past a warpgroup's rows is skipped (causal, N not a multiple of 128, as
+//    the rung): a second would wait for a slot that this tile's last P̃·V still reads. A warpgroup
+//    whose rows are all padding (past N, or before 0) computes its key blocks instead of skipping
+//    them (it writes nothing): once a head, at most.
+//  - After the last tile the S issued is on that tile's Q and last K (in place: the producer is
+//    done), its result dropped: a wgmma under a branch serialises them all (ptxas' C7520).
+// What it should buy: the S wait and the epilogue off each tile's end, about 1 µs of the 2.5-3 µs a
+// tile costs beyond its blocks: +1-2 % at N = 4096 and 16384, +2-4 % causal.
+template <class T>
+__global__ void __launch_bounds__(128 * 3, 1)
+    flash_v3_fp8_wide_overlap(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
+                              const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO,
+                              tc::Params p, Scales sc, int heads, int* next_tile, int group) {
+  constexpr int D = 128, kWG = 2, kStages = 2, Bc = kBcWide, NT = Bc / 8, DT = D / 8, kBr = 64 * kWG, NV = D + 8;
+  using Pipe = Pipeline<D, kStages, kBr, true, true, Bc, true, true>;
+  extern __shared__ uint8_t smem_raw[];
+  const Pipe pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
+  const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
+  const int Tr = (p.N + kBr - 1) / kBr, tiles = Tr * heads;
+  const int N64 = (p.N + 63) / 64 * 64;
+  if (threadIdx.x == 0) pipe.init(4 * kWG);
+  pipe.fill_ones();
+  __syncthreads();
+
+  if (wg == 0) {  // ---- the producer: the rung's ----
+    hopper::setmaxnreg_dec<producer_registers<kWG>()>();
+    if (threadIdx.x == 0) pipe.produce_tiles(&mapQ, &mapK, &mapVt, p, N64, Tr, tiles, next_tile, sc.v_mean, group);
+  } else {  // ---- the consumers ----
+    hopper::setmaxnreg_inc<fa3::consumer_registers<kWG, producer_registers<kWG>()>()>();
+    const int cwg = wg - 1, cwarp = warp - 4;
+    auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
+    auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (cwg + 1) % kWG, 256); };
+    if (cwg == kWG - 1) pass_turn();
+    const float c0 = p.scale * ptx::kLog2e;
+    auto at = [](const void* x) { return hopper::smem_u32(x); };
+    // A tile as the warpgroup sees it: its head, rows, key blocks and the ones it skips (b0, 0 or 1).
+    struct Tile {
+      int h, wg_row0, warp_row0, blocks, b0, hb;
+      float cq;
+    };
+    auto tile_of = [&](int t) {
+      Tile x;
+      int i;
+      Pipe::tile(t, Tr, p.causal, i, x.h, heads, group);
+      const int row0 = query_row0(N64, kBr, p.causal, true, i);
+      x.wg_row0 = row0 + 64 * cwg, x.warp_row0 = row0 + 16 * cwarp;
+      x.blocks = key_blocks(N64, kBr, Bc, p.causal, i, true);
+      const bool padding = x.wg_row0 + 64 <= 0 || x.wg_row0 >= p.N;
+      x.b0 = padding || !p.causal ? 0 : x.blocks - min(x.blocks, (x.wg_row0 + 64 + Bc - 1) / Bc);
+      x.hb = x.h * sc.blocks;
+      x.cq = c0 * sc.q[x.hb + min(max(x.wg_row0, 0), p.N - 1) / kScaleRows];
+      return x;
+    };
+    float o[1][NV / 8][4], m[2], l[2], alpha[2];
+    float S[1][NT][4];
+    uint32_t P[Bc / 32][4];
+    // As the rung's lambdas, for the tile `cur`.
+    Tile cur;
+    auto k_scale = [&](int j, int x) { return sc.k[cur.hb + min(2 * j + x, sc.blocks - 1)]; };
+    auto mask = [&](int b) {
+      const int j = cur.blocks - 1 - b;
+      if (fa3::needs_mask<Bc>(j, cur.wg_row0, p.N, p.causal)) tc::mask_scores(S, cur.warp_row0, j * Bc, p.N, p.causal);
+    };
+    auto softmax_p = [&](int b, int k_) {
+      const int j = cur.blocks - 1 - b;
+      const float cj0 = cur.cq * k_scale(j, 0), cj1 = cur.cq * k_scale(j, 1);
+      if (b > cur.b0) {
+        alpha[0] = alpha[1] = 1.0f;
+        if (!__any_sync(0xffffffffu, optimistic_p<NT>(S[0], m, cj0, cj1, at(pipe.P(cwg, k_)), cwarp % 4))) return;
+      }
+      softmax_scores_wide<NT, true>(S[0], m, cj0, cj1, alpha);
+      pack_p<Bc>(S[0], P);
+      store_p<Bc>(P, at(pipe.P(cwg, k_)), cwarp % 4);
+    };
+    auto rescale = [&] {
+      if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
+#pragma unroll
+        for (int d = 0; d < DT; ++d)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[0][d][e] *= alpha[e / 2];
+        l[0] *= alpha[0], l[1] *= alpha[1];
+      }
+      hopper::wgmma_fence();
+    };
+    auto take_row_sums = [&] {
+      l[0] += o[0][DT][0], l[1] += o[0][DT][2];
+      if (o[0][DT][0] != 0.0f || o[0][DT][2] != 0.0f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[0][DT][e] = 0.0f;
+    };
+    auto skip_blocks = [&](int it0, int count) {  // causal: the blocks past the warpgroup's rows, an empty turn
+      for (int b = 0; b < count; ++b) {
+        wait_turn();
+        pass_turn();
+        pipe.skip_block(it0 + b);
+      }
+    };
+
+    // The first tile's first S, alone.
+    int it = 0;
+    pipe.wait_q(0);
+    int t = __shfl_sync(0xffffffffu, *pipe.tile_slot(0), 0);
+    if (t >= 0) {
+      cur = tile_of(t);
+      skip_blocks(it, cur.b0);
+      pipe.wait_k(it + cur.b0);
+      wait_turn();
+      hopper::wgmma_fence();
+      issue_qk<D, Bc>(S[0], at(pipe.Q()), cwg, at(pipe.K(it + cur.b0)));
+      hopper::wgmma_commit();
+      pass_turn();
+    }
+    for (int n = 0; t >= 0; ++n) {  // tile n, its first S issued
+      const int b0 = cur.b0, blocks = cur.blocks;
+#pragma unroll
+      for (int d = 0; d < NV / 8; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[0][d][e] = 0.0f;
+      m[0] = m[1] = -INFINITY, l[0] = l[1] = 0.0f;
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(S[0]);
+      pipe.release_k(it + b0);
+      if (b0 == blocks - 1) pipe.release_q();
+      mask(b0);
+      // The last tile's O, staged in a P̃ tile: read by the copy engine before the next turn lets
+      // any warp write that tile again.
+      if (threadIdx.x % 32 == 0) hopper::bulk_wait_read<0>();
+      __syncwarp();
+      softmax_p(b0, it + b0);
+      for (int b = b0 + 1; b < blocks; ++b) {  // the rung's step
+        const int k = it + b;
+        pipe.wait_k(k);
+        wait_turn();
+        hopper::wgmma_fence();
+        issue_qk<D, Bc>(S[0], at(pipe.Q()), cwg, at(pipe.K(k)));
+        hopper::wgmma_commit();
+        rescale();
+        pipe.wait_v(k - 1);
+        issue_pv<NV, Bc, Pipe::L::kVtHalf>(o[0], at(pipe.P(cwg, k - 1)), at(pipe.Vt(k - 1)), false);
+        hopper::wgmma_commit();
+        pass_turn();
+        hopper::wgmma_wait<1>();
+        hopper::fence_registers(S[0]);
+        pipe.release_k(k);
+        if (b == blocks - 1) pipe.release_q();
+        mask(b);
+        softmax_p(b, k);
+        hopper::wgmma_wait<0>();
+        hopper::fence_registers(o[0]);
+        take_row_sums();
+        pipe.release_v(k - 1);
+      }
+      // The tile's last P̃·V and the next tile's first S, one turn (after the last tile: a dropped S).
+      const int k = it + blocks - 1;
+      pipe.wait_q(n + 1);
+      const int t_next = __shfl_sync(0xffffffffu, *pipe.tile_slot(n + 1), 0);
+      const bool more = t_next >= 0;
+      const Tile next = tile_of(more ? t_next : t);
+      if (more) skip_blocks(k + 1, next.b0);
+      const int kS = more ? k + 1 + next.b0 : k;
+      pipe.wait_v(k);
+      if (more) pipe.wait_k(kS);
+      wait_turn();
+      rescale();
+      issue_pv<NV, Bc, Pipe::L::kVtHalf>(o[0], at(pipe.P(cwg, k)), at(pipe.Vt(k)), false);
+      hopper::wgmma_commit();
+      issue_qk<D, Bc>(S[0], at(pipe.Q()), cwg, at(pipe.K(kS)));
+      hopper::wgmma_commit();
+      pass_turn();
+      hopper::wgmma_wait<1>();
+      hopper::fence_registers(o[0]);
+      take_row_sums();
+      pipe.release_v(k);
+      // Tile n's epilogue under that S, staged in the P̃ tile the next first block (kS) does not write.
+      uint16_t* const stage = reinterpret_cast<uint16_t*>(pipe.P(cwg, kS + 1)) + 16 * (cwarp % 4) * D;
+      write_output_wide<T, D>(o[0], m, l, stage, pipe.vbar(n), &mapO, p, cur.h, cur.warp_row0, sc.v[cur.hb]);
+      it = k + 1;
+      t = t_next;
+      cur = next;
+    }
+    hopper::wgmma_wait<0>();  // the dropped S
+    if (threadIdx.x % 32 == 0) hopper::bulk_wait<0>();
+    if (cwg == 0) wait_turn();
   }
 }
 
@@ -875,8 +1135,8 @@ bool row_sum_by_mma = true;  // set_row_sum_by_mma
 POperand p_operand = POperand::by_d;  // set_p_operand
 int acc_tc_warpgroups = 0;            // set_o_on_tensor_cores
 bool acc_tc_lazy = false;
-bool wide_blocks = false;             // set_wide_key_blocks
-bool wide_optimistic = false, wide_turns = false;
+Wide wide = Wide::off;                // set_wide_key_blocks
+int head_group = 0;                   // set_head_group
 
 }  // namespace
 
@@ -897,12 +1157,15 @@ void set_o_on_tensor_cores(int warpgroups, bool lazy) {
   acc_tc_lazy = lazy;
 }
 
-void set_wide_key_blocks(bool on, Granularity v_scales, bool optimistic, bool softmax_turns) {
-  course::require(!on || v_scales == Granularity::tensor,
+void set_wide_key_blocks(Wide kernel, Granularity v_scales) {
+  course::require(kernel == Wide::off || v_scales == Granularity::tensor,
                   "fp8: key blocks of 256 need V's descale per tensor (l sums on the tensor cores with o)");
-  wide_blocks = on;
-  wide_optimistic = on && (optimistic || softmax_turns);
-  wide_turns = on && softmax_turns;
+  wide = kernel;
+}
+
+void set_head_group(int heads) {
+  course::require(heads >= 0, "fp8: the head group of the tile order is a count of heads (0: chosen by size)");
+  head_group = heads;
 }
 
 void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L) {
@@ -916,7 +1179,8 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const int Br = acc_tc_warpgroups != 0 ? 64 * acc_tc_warpgroups : attention_tiles(s).Br;
   const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, Br, qk_swizzle});
-  const bool poly_ok = poly_every == 0 || (wide_optimistic && !wide_turns);  // the polynomial: _wide_opt only
+  const bool wide_blocks = wide != Wide::off;
+  const bool poly_ok = poly_every == 0 || wide == Wide::optimistic;  // the polynomial: _wide_opt only
   course::require(!wide_blocks || (s.d == 128 && acc_tc_warpgroups == 0 && poly_ok && row_sum_by_mma &&
                                    p_operand == POperand::by_d),
                   "fp8: key blocks of 256 run at d = 128, on their own (no other experiment or ablation; "
@@ -949,16 +1213,27 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   // The wide rung: key blocks of 256, O and l on the tensor cores, the lazy rescale (d = 128).
   auto run_wide = [&](auto type) {
     using T = decltype(type);
-    const size_t bytes = Smem<128, 2, 128, true, true, kBcWide, true>::kBytes;
-    const auto kernel = !wide_optimistic ? flash_v3_fp8_wide<T, false>
-                        : wide_turns      ? flash_v3_fp8_wide<T, true, 0, true>
-                        : poly_every == 4 ? flash_v3_fp8_wide<T, true, 4>
-                        : poly_every == 8 ? flash_v3_fp8_wide<T, true, 8>
-                                          : flash_v3_fp8_wide<T, true>;
+    const bool vbar = wide == Wide::vbar_smem || wide == Wide::overlap;
+    const size_t bytes = vbar ? Smem<128, 2, 128, true, true, kBcWide, true, true>::kBytes
+                              : Smem<128, 2, 128, true, true, kBcWide, true>::kBytes;
+    const auto kernel = wide == Wide::rung        ? flash_v3_fp8_wide<T, false>
+                        : wide == Wide::turns     ? flash_v3_fp8_wide<T, true, 0, true>
+                        : wide == Wide::vbar_smem ? flash_v3_fp8_wide<T, true, 0, false, true>
+                        : poly_every == 4         ? flash_v3_fp8_wide<T, true, 4>
+                        : poly_every == 8         ? flash_v3_fp8_wide<T, true, 8>
+                                                  : flash_v3_fp8_wide<T, true>;
     course::require(Br == 128, "fp8: attention_tiles and the wide kernel's warpgroups disagree");
     course::require_shared_memory(bytes, "fp8 (key blocks of 256) at d = 128");
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    kernel<<<grid, 128 * 3, bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile);
+    if (wide == Wide::overlap) {  // causal: heads in groups whose K and V (1 byte a value) take at most 16 MB
+      const auto overlap = flash_v3_fp8_wide_overlap<T>;
+      const long long by_size = std::clamp((16LL << 20) / (2LL * s.N * s.d), 1LL, (long long)s.heads());
+      const int group = int(head_group > 0 ? std::min<long long>(head_group, s.heads()) : by_size);
+      CUDA_CHECK(cudaFuncSetAttribute(overlap, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+      overlap<<<grid, 128 * 3, bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile, group);
+    } else {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+      kernel<<<grid, 128 * 3, bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile);
+    }
     CUDA_CHECK_LAUNCH();
   };
   auto run = [&](auto type, auto d) {

@@ -65,10 +65,17 @@ void set_o_on_tensor_cores(int warpgroups, bool lazy = false);
 // The wide rung (the ablation fp8_*_wide, d = 128): key blocks of 256 keys (K's two descales a
 // block), O and the row sums accumulated on the tensor cores with the lazy rescale, two consumer
 // warpgroups. V must be centred (as the experiment above) and its descale per tensor (v_scales):
-// UsageError otherwise. false (the default): key blocks of 128.
-// optimistic (fp8_*_wide_opt): P̃ first with m as it stands, the row max only when some P̃ overflowed.
-// softmax_turns (fp8_*_wide_turns): that, with the two warpgroups' softmaxes taking turns.
-void set_wide_key_blocks(bool on, Granularity v_scales = Granularity::tensor, bool optimistic = false,
-                         bool softmax_turns = false);
+// UsageError otherwise. off (the default): key blocks of 128.
+// Its experiments, each on the one before it (turns: on optimistic):
+//   optimistic (fp8_*_wide_opt): P̃ first with m as it stands, the row max only when some P̃ overflowed;
+//   turns (fp8_*_wide_turns): the two warpgroups' softmaxes taking turns;
+//   vbar_smem (fp8_*_wide_epi): the epilogue reads v̄ from shared memory, copied in with Q;
+//   overlap (fp8_*_wide_ovl): a tile's last P̃·V and epilogue under the next tile's first S.
+enum class Wide { off, rung, optimistic, turns, vbar_smem, overlap };
+void set_wide_key_blocks(Wide kernel, Granularity v_scales = Granularity::tensor);
+// fp8_*_wide_ovl, causal: its tiles in groups of `heads` heads, a group's heaviest first across its
+// heads (FlashAttention-3's LPT order). 0 (the default): the largest group whose K and V take at
+// most 16 MB; 1: a head at a time, as the other kernels.
+void set_head_group(int heads);
 
 }  // namespace attention::fp8

@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
   bool accuracy_table = false;
   std::string sweep_csv;
   std::vector<double> sigmas = {1, 2, 5, 10, 20, 50, 100};
-  int poly_every = 0;
+  int poly_every = 0, head_group = 0;
   course::add_common_options(app, options);
   app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
   app.add_option("--tokens", tokens, "Tokens B*N: when given, B = tokens / N for each N")->check(course::whole_number(1));
@@ -209,6 +209,12 @@ int main(int argc, char** argv) {
                  "pipe (4 or 8; 0: none); its rows are named fp8_<scheme>_poly<k>")
       ->check(CLI::IsMember({0, 4, 8}))
       ->capture_default_str();
+  app.add_option("--head-group", head_group,
+                 "Experiment, fp8_*_wide_ovl, causal: the tile order's groups of heads, each group's heaviest tiles "
+                 "first (0: heads whose K and V take at most 16 MB; 1: a head at a time); its rows are named "
+                 "<variant>_hg<G>")
+      ->check(course::whole_number(0))
+      ->capture_default_str();
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program("09_flash_v3_fp8", [&]() -> int {
@@ -222,10 +228,13 @@ int main(int argc, char** argv) {
     // quantise V centred, and quant_<scheme>_centred times that quantisation; fp8_<scheme>_wide, the
     // wide rung: key blocks of 256, O and l on the tensor cores with the lazy rescale (d = 128, the
     // per-tensor schemes; V centred); fp8_<scheme>_wide_opt, the experiment on it: the optimistic max
-    // (the row max only when P̃ overflowed e4m3; --exp2-poly-every applies to it too); and
-    // fp8_<scheme>_wide_turns, that with the two warpgroups' softmaxes taking turns.
+    // (the row max only when P̃ overflowed e4m3; --exp2-poly-every applies to it too);
+    // fp8_<scheme>_wide_turns, that with the two warpgroups' softmaxes taking turns; fp8_<scheme>_wide_epi,
+    // _wide_opt with v̄ read from shared memory by the epilogue; and fp8_<scheme>_wide_ovl, that with a
+    // tile's end under the next tile's first S.
     std::vector<std::string> known = variants;
-    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns"};
+    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns",
+                                     "_wide_epi", "_wide_ovl"};
     for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
       known.push_back("quant_" + centred(s).name());
@@ -239,6 +248,7 @@ int main(int argc, char** argv) {
       if (const std::string why = why_no_hopper(); !why.empty()) bench.disable_gpu(why);
 #if COURSE_HAS_HOPPER
     fp8::set_exp2_poly_every(poly_every);
+    fp8::set_head_group(head_group);
 #endif
     if (!sweep_csv.empty()) {
       Shape s = base;
@@ -281,15 +291,22 @@ int main(int argc, char** argv) {
           };
           const bool fadd = ends("_fadd"), preg = ends("_preg"), psmem = ends("_psmem");
           const int acc_wg = ends("_acc2") ? 2 : ends("_acc3") || ends("_lazy3") ? 3 : 0;
-          const bool wide_opt = ends("_wide_opt"), wide_turns = ends("_wide_turns"),
-                     wide = ends("_wide") || wide_opt || wide_turns;
+          const fp8::Wide wide_kernel = ends("_wide")        ? fp8::Wide::rung
+                                        : ends("_wide_opt")   ? fp8::Wide::optimistic
+                                        : ends("_wide_turns") ? fp8::Wide::turns
+                                        : ends("_wide_epi")   ? fp8::Wide::vbar_smem
+                                        : ends("_wide_ovl")   ? fp8::Wide::overlap
+                                                              : fp8::Wide::off;
+          const bool wide = wide_kernel != fp8::Wide::off, wide_opt = wide_kernel == fp8::Wide::optimistic;
           size_t suffix = 0;
           for (const char* a : ablations)
             if (ends(a)) suffix = std::strlen(a);
           Tiles fp8_tiles = attention_tiles(s);  // the experiment O on the tensor cores: 64 rows a warpgroup
           if (acc_wg != 0) fp8_tiles.Br = 64 * acc_wg;
           if (wide) fp8_tiles.Bc = 256;
-          course::Row row = bench.row(fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name,
+          std::string row_name = fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name;
+          if (wide_kernel == fp8::Wide::overlap && head_group > 0) row_name += "_hg" + std::to_string(head_group);
+          course::Row row = bench.row(row_name,
                                       s.text() + " Br=" + std::to_string(fp8_tiles.Br) + " Bc=" + std::to_string(fp8_tiles.Bc));
           row.dtype = course::name(t);
           row.size = N;
@@ -347,7 +364,7 @@ int main(int argc, char** argv) {
               continue;
             }
             fp8::set_o_on_tensor_cores(acc_wg, ends("_lazy3"));
-            fp8::set_wide_key_blocks(wide, Granularity::tensor, wide_opt, wide_turns);
+            fp8::set_wide_key_blocks(wide_kernel, Granularity::tensor);
             try {
               course::require_fits(0.0, flash_v2_device_bytes(s, t) + Fp8Buffers::bytes(s), name + " " + s.text());
             } catch (const course::ResourceError& e) {
@@ -424,6 +441,12 @@ int main(int argc, char** argv) {
     if (named("_wide_turns"))
       notes.push_back("fp8_*_wide_turns: the experiment _wide_opt with the two consumer warpgroups' softmaxes taking "
                       "turns (named barriers), as their products do");
+    if (named("_wide_epi"))
+      notes.push_back("fp8_*_wide_epi: the experiment _wide_opt with the epilogue reading v-bar from shared memory "
+                      "(copied in with the tile's Q) instead of global memory");
+    if (named("_wide_ovl"))
+      notes.push_back("fp8_*_wide_ovl: the experiment _wide_epi with a tile's last P~*V and the next tile's first S "
+                      "in one turn, the epilogue running under that S (stage 08's tile_overlap)");
     if (named("_psmem"))
       notes.push_back("fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
                       "only)");

@@ -17,6 +17,7 @@
 #include "device_buffer.hpp"
 #include "device_fp8.hpp"
 #include "fp8.hpp"
+#include "../08_flash_v3/kernels.cuh"  // fa3_set_grid_cap
 #include "kernels.cuh"
 
 using namespace attention;
@@ -195,10 +196,8 @@ struct AccVariant {
 constexpr AccVariant kAccVariants[] = {{"acc2", 2, false}, {"acc3", 3, false}, {"lazy3", 3, true}};
 // The wide rung (set_wide_key_blocks), reset when the case ends or throws.
 struct WideBlocks {
-  explicit WideBlocks(bool optimistic = false, bool turns = false) {
-    fp8::set_wide_key_blocks(true, Granularity::tensor, optimistic, turns);
-  }
-  ~WideBlocks() { fp8::set_wide_key_blocks(false); }
+  explicit WideBlocks(fp8::Wide kernel = fp8::Wide::rung) { fp8::set_wide_key_blocks(kernel, Granularity::tensor); }
+  ~WideBlocks() { fp8::set_wide_key_blocks(fp8::Wide::off); }
 };
 // N(0, 1) inputs whose keys are scaled up block by block in the order the kernels visit them (the
 // last block first): key j by 1 + (the 256-key blocks after j's), so that a row's max grows by about
@@ -263,14 +262,15 @@ TEST_CASE("the experiment fp8_*_acc2, _acc3, _lazy3 (O on the tensor cores) keep
 // Key blocks of 256: ragged N on both sides of a block and of K's two descales in it (N = 300: the
 // last block's 44 keys lie in K's third 128-row block, with no fourth), causal or not, one row,
 // fp16 and bf16, zero-mean, offset (V centred), large-logit, outlier and rising-key inputs; the two
-// per-tensor schemes (the rung needs V's descale per tensor: the per-block ones are refused). Both the
-// rung and its experiment _wide_opt (the optimistic max), that one also with the polynomial.
-TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _wide_turns (key blocks of 256) keep the bound, V centred") {
-  for (int mode : {0, 1, 2}) {  // the rung, the optimistic max, and that with the softmaxes in turns
-    const bool optimistic = mode >= 1, turns = mode == 2;
-    const WideBlocks wide(optimistic, turns);
-    CAPTURE(optimistic);
-    CAPTURE(turns);
+// per-tensor schemes (the rung needs V's descale per tensor: the per-block ones are refused). The
+// rung and each of its experiments (_wide_opt, the optimistic max, also with the polynomial;
+// _wide_turns; _wide_epi; _wide_ovl).
+TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _turns, _epi, _ovl (key blocks of 256) keep the bound, V centred") {
+  for (fp8::Wide kernel : {fp8::Wide::rung, fp8::Wide::optimistic, fp8::Wide::turns, fp8::Wide::vbar_smem,
+                           fp8::Wide::overlap}) {
+    const WideBlocks wide(kernel);
+    const int experiment = int(kernel);  // kernels.cuh's order: 1 the rung, 2 _wide_opt, ... 5 _wide_ovl
+    CAPTURE(experiment);
     for (bool causal : {false, true})
       for (int N : {1, 129, 300, 1000, 2049}) {
         if (N > 1000 && softmax::testing::under_sanitizer()) continue;
@@ -293,7 +293,7 @@ TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _wide_turns (
       }
   }
   for (int k : {4, 8}) {  // the optimistic step with a share of its exponentials by polynomial
-    const WideBlocks wide(true);
+    const WideBlocks wide(fp8::Wide::optimistic);
     const Poly poly(k);
     CAPTURE(k);
     for (bool causal : {false, true}) {
@@ -309,12 +309,62 @@ TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _wide_turns (
   const WideBlocks wide;
   const Shape s64{1, 2, 300, 64, false};
   CHECK_THROWS_AS(run(s64, Dtype::fp16, make_inputs(s64, Dtype::fp16, 1), centred(schemes()[0]), 1), course::UsageError);
-  CHECK_THROWS_AS(fp8::set_wide_key_blocks(true, Granularity::block), course::UsageError);
+  CHECK_THROWS_AS(fp8::set_wide_key_blocks(fp8::Wide::rung, Granularity::block), course::UsageError);
   {
     const OnTensorCores acc(3, true);  // not with another experiment
     const Shape s{1, 2, 300, 128, false};
     CHECK_THROWS_AS(run(s, Dtype::fp16, make_inputs(s, Dtype::fp16, 1), centred(schemes()[0]), 1), course::UsageError);
   }
+}
+
+// The wide kernels with 1 or 3 blocks: each block takes many tiles one after another, so every
+// hand-over between tiles is exercised (the ring's phases, Q's slot, v̄'s two slots, O's staging in a
+// P̃ tile, and _wide_ovl's next S issued under the last P̃·V, with a key block skipped before it where
+// N64 is not a multiple of 128: N = 300, 700).
+TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one after another") {
+  struct Cap {
+    explicit Cap(int blocks) { fa3_set_grid_cap(blocks); }
+    ~Cap() { fa3_set_grid_cap(0); }
+  };
+  const bool sanitizer = softmax::testing::under_sanitizer();
+  for (fp8::Wide kernel : {fp8::Wide::optimistic, fp8::Wide::vbar_smem, fp8::Wide::overlap}) {
+    const WideBlocks wide(kernel);
+    const int experiment = int(kernel);
+    CAPTURE(experiment);
+    for (int blocks : {1, 3}) {
+      const Cap cap(blocks);
+      CAPTURE(blocks);
+      for (bool causal : {false, true})
+        for (int N : sanitizer ? std::vector<int>{1, 300} : std::vector<int>{1, 129, 300, 700, 1000}) {
+          const Shape s{2, 3, N, 128, causal};
+          const std::uint64_t seed = course::fresh_seed();
+          CAPTURE(s.text());
+          CAPTURE(seed);
+          const Scheme c = centred(schemes()[0]);
+          check(s, Dtype::bf16, to_inputs(normal_inputs(s, Dtype::bf16, seed), Dtype::bf16, seed), c, seed);
+          if (N == 700) check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), c, seed);
+        }
+    }
+  }
+  // _wide_ovl's causal tile order in groups of heads (set_head_group): 6 heads in groups of 4 (the
+  // last one of 2) and of 1 (a head at a time), with 1 and 3 blocks.
+  struct HeadGroup {
+    explicit HeadGroup(int heads) { fp8::set_head_group(heads); }
+    ~HeadGroup() { fp8::set_head_group(0); }
+  };
+  const WideBlocks wide(fp8::Wide::overlap);
+  for (int group : {4, 1})
+    for (int blocks : {1, 3}) {
+      const HeadGroup g(group);
+      const Cap cap(blocks);
+      const Shape s{2, 3, sanitizer ? 300 : 700, 128, true};
+      const std::uint64_t seed = course::fresh_seed();
+      CAPTURE(group);
+      CAPTURE(blocks);
+      CAPTURE(seed);
+      check(s, Dtype::bf16, to_inputs(normal_inputs(s, Dtype::bf16, seed), Dtype::bf16, seed), centred(schemes()[0]), seed);
+    }
+  CHECK_THROWS_AS(fp8::set_head_group(-1), course::UsageError);
 }
 
 // Why O on the tensor cores needs V centred: on inputs of mean 0.5, V as it is, a sum over all N keys
