@@ -175,16 +175,14 @@ struct Pipeline {
   // The producer (one thread), once tile n's Q slot is free (q_empty): its Q, then its key blocks
   // from the last to the first, numbered on from `it`; returns the next number.
   // kVbar: the head's v̄ too, into slot n % 2 (the slot of tile n − 2, whose epilogue ended before
-  // this tile's Q slot was released).
+  // this tile's Q slot was released). k_loaded: the first block's K was copied already (early_k).
   __device__ int produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapVt, int row0, int h,
-                         int blocks, int it, const float* v_mean, int n) const {
+                         int blocks, int it, const float* v_mean, int n, bool k_loaded = false) const {
     hopper::mbarrier_arrive_expect_tx(q_full(), kBr * D + (kVbar ? D * 4 : 0));
     hopper::tma_load_3d(Q(), mapQ, q_full(), 0, row0, h);
     if constexpr (kVbar) hopper::bulk_load(const_cast<float*>(vbar(n)), v_mean + size_t(h) * D, D * 4, q_full());
     for (int j = blocks - 1; j >= 0; --j, ++it) {
-      hopper::mbarrier_wait(k_empty(it), phase(it) ^ 1);
-      hopper::mbarrier_arrive_expect_tx(k_full(it), Bc * D);
-      hopper::tma_load_3d(K(it), mapK, k_full(it), 0, j * Bc, h);
+      if (!k_loaded || j != blocks - 1) load_k(mapK, j, h, it);
       hopper::mbarrier_wait(v_empty(it), phase(it) ^ 1);
       hopper::mbarrier_arrive_expect_tx(v_full(it), Bc * D);
 #pragma unroll
@@ -192,6 +190,11 @@ struct Pipeline {
         hopper::tma_load_3d(Vt(it) + x * L::kVtHalf, mapVt, v_full(it), j * Bc + 128 * x, 0, h);
     }
     return it;
+  }
+  __device__ void load_k(const CUtensorMap* mapK, int j, int h, int it) const {
+    hopper::mbarrier_wait(k_empty(it), phase(it) ^ 1);
+    hopper::mbarrier_arrive_expect_tx(k_full(it), Bc * D);
+    hopper::tma_load_3d(K(it), mapK, k_full(it), 0, j * Bc, h);
   }
   // Tile t of the persistent grid: head h, query block i (causal: a head's last, heaviest, first).
   // group > 1 (causal, wide_ovl): the heads in groups of `group` (the last one smaller), a group's
@@ -215,7 +218,7 @@ struct Pipeline {
   // Causal tiles are laid from N rounded up to 64 (N64, see the kernels).
   __device__ void produce_tiles(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapVt,
                                 const tc::Params& p, int N64, int Tr, int tiles, int* next_tile,
-                                const float* v_mean = nullptr, int group = 1) const {
+                                const float* v_mean = nullptr, int group = 1, bool early_k = false) const {
     int it = 0;
     for (int n = 0, t = blockIdx.x;; ++n, t = atomicAdd(next_tile, 1) + gridDim.x) {
       if (t >= tiles) {
@@ -227,10 +230,13 @@ struct Pipeline {
       }
       int i, h;
       tile(t, Tr, p.causal, i, h, tiles / Tr, group);
+      // early_k (wide_ovl): the tile's first K block before the wait for Q's slot, which the
+      // consumers release only after the last tile's last S (the trace: 0.4 µs waiting for that K).
+      if (early_k) load_k(mapK, key_blocks(N64, kBr, Bc, p.causal, i, true) - 1, h, it);
       hopper::mbarrier_wait(q_empty(), (n & 1) ^ 1);
       *tile_slot(n) = t;  // published by the arrive on q_full (release)
       it = produce(mapQ, mapK, mapVt, query_row0(N64, kBr, p.causal, true, i), h,
-                   key_blocks(N64, kBr, Bc, p.causal, i, true), it, v_mean, n);
+                   key_blocks(N64, kBr, Bc, p.causal, i, true), it, v_mean, n, early_k);
     }
   }
   __device__ void wait_q(int n) const { hopper::mbarrier_wait(q_full(), n & 1); }
@@ -970,7 +976,8 @@ __global__ void __launch_bounds__(128 * 3, 1)
 
   if (wg == 0) {  // ---- the producer: the rung's ----
     hopper::setmaxnreg_dec<producer_registers<kWG>()>();
-    if (threadIdx.x == 0) pipe.produce_tiles(&mapQ, &mapK, &mapVt, p, N64, Tr, tiles, next_tile, sc.v_mean, group);
+    if (threadIdx.x == 0)
+      pipe.produce_tiles(&mapQ, &mapK, &mapVt, p, N64, Tr, tiles, next_tile, sc.v_mean, group, /*early_k=*/true);
   } else {  // ---- the consumers ----
     hopper::setmaxnreg_inc<fa3::consumer_registers<kWG, producer_registers<kWG>()>()>();
     const int cwg = wg - 1, cwarp = warp - 4;
@@ -980,9 +987,13 @@ __global__ void __launch_bounds__(128 * 3, 1)
     const float c0 = p.scale * ptx::kLog2e;
     auto at = [](const void* x) { return hopper::smem_u32(x); };
     // A tile as the warpgroup sees it: its head, rows, key blocks and the ones it skips (b0, 0 or 1).
+    // Its descales loaded here, a tile ahead (for the next tile, before this one's last turn): V's and
+    // the first block's K (k0, k1) and Q's folded into cq. In the loop each block's K descales are
+    // loaded a block ahead. Loaded where they were used (in the epilogue, at the softmax's start),
+    // each was a trip to L2 or L1 on the warpgroup's critical path (the trace: the epilogue 0.8-1.25 µs).
     struct Tile {
       int h, wg_row0, warp_row0, blocks, b0, hb;
-      float cq;
+      float cq, sv, k0, k1;
     };
     auto tile_of = [&](int t) {
       Tile x;
@@ -995,6 +1006,9 @@ __global__ void __launch_bounds__(128 * 3, 1)
       x.b0 = padding || !p.causal ? 0 : x.blocks - min(x.blocks, (x.wg_row0 + 64 + Bc - 1) / Bc);
       x.hb = x.h * sc.blocks;
       x.cq = c0 * sc.q[x.hb + min(max(x.wg_row0, 0), p.N - 1) / kScaleRows];
+      x.sv = sc.v[x.hb];
+      const int j0 = x.blocks - 1 - x.b0;
+      x.k0 = sc.k[x.hb + min(2 * j0, sc.blocks - 1)], x.k1 = sc.k[x.hb + min(2 * j0 + 1, sc.blocks - 1)];
       return x;
     };
     float o[1][NV / 8][4], m[2], l[2], alpha[2];
@@ -1002,14 +1016,14 @@ __global__ void __launch_bounds__(128 * 3, 1)
     uint32_t P[Bc / 32][4];
     // As the rung's lambdas, for the tile `cur`.
     Tile cur;
-    auto k_scale = [&](int j, int x) { return sc.k[cur.hb + min(2 * j + x, sc.blocks - 1)]; };
+    // K's descales of block b (two: 128 keys each); past the tile's last block, that block's.
+    auto k_scale = [&](int b, int x) { return sc.k[cur.hb + min(2 * max(cur.blocks - 1 - b, 0) + x, sc.blocks - 1)]; };
     auto mask = [&](int b) {
       const int j = cur.blocks - 1 - b;
       if (fa3::needs_mask<Bc>(j, cur.wg_row0, p.N, p.causal)) tc::mask_scores(S, cur.warp_row0, j * Bc, p.N, p.causal);
     };
-    auto softmax_p = [&](int b, int k_) {
-      const int j = cur.blocks - 1 - b;
-      const float cj0 = cur.cq * k_scale(j, 0), cj1 = cur.cq * k_scale(j, 1);
+    auto softmax_p = [&](int b, int k_, float k0, float k1) {
+      const float cj0 = cur.cq * k0, cj1 = cur.cq * k1;
       if (b > cur.b0) {
         alpha[0] = alpha[1] = 1.0f;
         if (!__any_sync(0xffffffffu, optimistic_p<NT>(S[0], m, cj0, cj1, at(pipe.P(cwg, k_)), cwarp % 4))) return;
@@ -1072,7 +1086,8 @@ __global__ void __launch_bounds__(128 * 3, 1)
       // any warp write that tile again.
       if (threadIdx.x % 32 == 0) hopper::bulk_wait_read<0>();
       __syncwarp();
-      softmax_p(b0, it + b0);
+      softmax_p(b0, it + b0, cur.k0, cur.k1);
+      float k0 = k_scale(b0 + 1, 0), k1 = k_scale(b0 + 1, 1);  // the next block's, a block ahead
       for (int b = b0 + 1; b < blocks; ++b) {  // the rung's step
         const int k = it + b;
         pipe.wait_k(k);
@@ -1090,7 +1105,8 @@ __global__ void __launch_bounds__(128 * 3, 1)
         pipe.release_k(k);
         if (b == blocks - 1) pipe.release_q();
         mask(b);
-        softmax_p(b, k);
+        softmax_p(b, k, k0, k1);
+        k0 = k_scale(b + 1, 0), k1 = k_scale(b + 1, 1);
         hopper::wgmma_wait<0>();
         hopper::fence_registers(o[0]);
         take_row_sums();
@@ -1119,7 +1135,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
       pipe.release_v(k);
       // Tile n's epilogue under that S, staged in the P̃ tile the next first block (kS) does not write.
       uint16_t* const stage = reinterpret_cast<uint16_t*>(pipe.P(cwg, kS + 1)) + 16 * (cwarp % 4) * D;
-      write_output_wide<T, D>(o[0], m, l, stage, pipe.vbar(n), &mapO, p, cur.h, cur.warp_row0, sc.v[cur.hb]);
+      write_output_wide<T, D>(o[0], m, l, stage, pipe.vbar(n), &mapO, p, cur.h, cur.warp_row0, cur.sv);
       it = k + 1;
       t = t_next;
       cur = next;
