@@ -2271,6 +2271,68 @@ def _(row, D, F):
             "optimistic / stage 08": med["08_tuned"] / o}
 
 
+def wide_ovl09(F, key, d, N, causal):
+    """wide_ovl.csv and the first run's wide_epi_ovl_first.csv: the overlap against the optimistic max, ABBA."""
+    ms = rounds09(F[key], d, N, causal)
+    return {k: statistics.median(v) for k, v in ms.items()}, ms
+
+
+@spec("ch09-wide-ovl", CH09)
+def _(row, D, F):
+    d, N, c = otc_cell09(row["cell"])
+    med, ms = wide_ovl09(F, "stage09_wide_ovl", d, N, c)
+    spread = lambda v: [med[v], min(ms[v]), max(ms[v])]  # noqa: E731
+    o, v = med["fp8_per_tensor_wide_opt"], med["fp8_per_tensor_wide_ovl"]
+    return {"stage 08: ms (min–max)": spread("08_tuned"), "optimistic: ms (min–max)": spread("fp8_per_tensor_wide_opt"),
+            "overlap: ms (min–max)": spread("fp8_per_tensor_wide_ovl"), "overlap / optimistic": o / v,
+            "overlap / stage 08": med["08_tuned"] / v}
+
+
+@prose(CH09, r"\[stage09/wide_epi_ovl_first\.csv\]\(results/h100/stage09/wide_epi_ovl_first\.csv\)\): ([\d.]+) at N = 4096,\s([\d.]+) at 16384, ([\d.]+) and ([\d.]+) causal")
+def _(D, F):
+    def ratio(N, c):
+        med, _ = wide_ovl09(F, "stage09_wide_epi_ovl_first", 128, N, c)
+        return med["fp8_per_tensor_wide_opt"] / med["fp8_per_tensor_wide_epi"]
+    return cells09(ratio)
+
+
+@prose(CH09, r"in the same run as `_wide_epi`: ([\d.]+) of it at N = 4096,\s([\d.]+) at 16384, ([\d.]+) and ([\d.]+) causal")
+def _(D, F):
+    def ratio(N, c):
+        med, _ = wide_ovl09(F, "stage09_wide_epi_ovl_first", 128, N, c)
+        return med["fp8_per_tensor_wide_epi"] / med["fp8_per_tensor_wide_ovl"]
+    return cells09(ratio)
+
+
+@prose(CH09, r"\[stage09/wide_ovl_lpt\.csv\]\(results/h100/stage09/wide_ovl_lpt\.csv\)\): ([\d.]+) at N = 4096 and ([\d.]+) at\s16384")
+def _(D, F):
+    r = []
+    for N in (4096, 16384):
+        med, _ = wide_ovl09(F, "stage09_wide_ovl_lpt", 128, N, True)
+        r.append(med["fp8_per_tensor_wide_ovl_hg1"] / med["fp8_per_tensor_wide_ovl"])
+    return r
+
+
+@prose(CH09, r"In TFLOP/s the overlap kernel runs at ([\d,]+) and ([\d,]+) non-causal, (\d+)% and (\d+)% of the 1,346")
+def _(D, F):
+    tf = []
+    for N in (4096, 16384):
+        rows = [r for r in F["stage09_wide_ovl"] if r["variant"] == "fp8_per_tensor_wide_ovl" and f" N={N} " in r["shape"]
+                and "causal=0" in r["shape"]]
+        tf.append(statistics.median(float(r["tflops"]) for r in rows))
+    return [tf[0], tf[1], tf[0] / 1346 * 100, tf[1] / 1346 * 100]
+
+
+@prose(CH09, r"FP8 forward at N = 16384 \(about 1\.0\s+PFLOP/s\); causal, ([\d,]+) and ([\d,]+)\.")
+def _(D, F):
+    tf = []
+    for N in (4096, 16384):
+        rows = [r for r in F["stage09_wide_ovl"] if r["variant"] == "fp8_per_tensor_wide_ovl" and f" N={N} " in r["shape"]
+                and "causal=1" in r["shape"]]
+        tf.append(statistics.median(float(r["tflops"]) for r in rows))
+    return tf
+
+
 @prose(CH09, r"The polynomial with a quarter of the exponentials \(`--exp2-poly-every 4` on `_wide_opt`\) ran at\s([\d.]+) of it at N = 4096 and 16384")
 def _(D, F):
     r = []
@@ -2378,6 +2440,9 @@ def run(root):
         "stage09_wide_opt": read_simple_csv(os.path.join(root, STAGE09, "wide_opt.csv")),
         "stage09_wide_opt_poly": read_simple_csv(os.path.join(root, STAGE09, "wide_opt_poly.csv")),
         "stage09_wide_turns": read_simple_csv(os.path.join(root, STAGE09, "wide_turns.csv")),
+        "stage09_wide_ovl": read_simple_csv(os.path.join(root, STAGE09, "wide_ovl.csv")),
+        "stage09_wide_epi_ovl_first": read_simple_csv(os.path.join(root, STAGE09, "wide_epi_ovl_first.csv")),
+        "stage09_wide_ovl_lpt": read_simple_csv(os.path.join(root, STAGE09, "wide_ovl_lpt.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
