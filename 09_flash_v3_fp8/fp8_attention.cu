@@ -719,6 +719,8 @@ __device__ bool optimistic_p(const float (&S)[NT][4], const float (&m)[2], float
 // cores summed it: every lane of a quad holds the whole sum, so no shuffles; 1/l approximate (2 ulp,
 // where an exact division calls a slow path, and ptxas saves registers around the call).
 // What it should buy: most of those two trips, 0.5-0.8 µs a tile: +1-2 % at N = 4096, +2-3 % causal.
+// Measured (H100, d = 128, ABBA against wide_opt): 1.020 at N = 4096, 0.992 at 16384, 1.025 and
+// 1.015 causal (chapter 09).
 template <class T, int D, int J>
 __device__ void write_output_wide(const float (&o)[J][4], const float (&m)[2], const float (&l)[2], uint16_t* stage,
                                   const float* vbar, const CUtensorMap* mapO, const tc::Params& p, int h, int row0,
@@ -744,6 +746,48 @@ __device__ void write_output_wide(const float (&o)[J][4], const float (&m)[2], c
     if (t == 0 && unsigned(row0 + r) < unsigned(p.N)) p.L[size_t(h) * p.N + row0 + r] = kLn2 * m[hh] + logf(l[hh]) - 8.0f * kLn2;
   }
   fa3::store_staged_output<D>(stage, mapO, p, h, row0);
+}
+
+// The wide kernels' steps on a block, shared by flash_v3_fp8_wide and flash_v3_fp8_wide_overlap.
+// The softmax of a block and its P̃ in the tile at Ps() (a callable, the address formed where it is
+// used; the tile's last reader, the P̃·V two blocks back, has completed), with the block's
+// multipliers c0, c1 (K's two descales folded in). kOptimistic, after
+// the tile's first block (optimistic): P̃ with m as it stands, and only if some P̃ overflowed (any
+// lane of the warp: the branch is the warp's) the row max and P̃ again.
+template <int NT, bool kOptimistic, int kPolyEvery = 0, class Address>
+__device__ void softmax_p_wide(float (&S)[NT][4], uint32_t (&P)[NT / 4][4], float (&m)[2], float (&alpha)[2],
+                               float c0, float c1, bool optimistic, const Address& Ps, int warp_in_wg) {
+  if (kOptimistic && optimistic) {
+    alpha[0] = alpha[1] = 1.0f;
+    if (!__any_sync(0xffffffffu, optimistic_p<NT, kPolyEvery>(S, m, c0, c1, Ps(), warp_in_wg))) return;
+  }
+  softmax_scores_wide<NT, kOptimistic>(S, m, c0, c1, alpha);
+  pack_p<NT * 8>(S, P);
+  store_p<NT * 8>(P, Ps(), warp_in_wg);
+}
+// o = o·alpha (and l) before the P̃·V that adds the block whose softmax set alpha (lazy: skipped while
+// alpha is 1); then the fence: o was written, the wgmma that adds into it comes after.
+template <int J>
+__device__ void rescale_wide(float (&o)[J][4], float (&l)[2], const float (&alpha)[2]) {
+  if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
+#pragma unroll
+    for (int d = 0; d < J - 1; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[d][e] *= alpha[e / 2];
+    l[0] *= alpha[0], l[1] *= alpha[1];
+  }
+  hopper::wgmma_fence();
+}
+// The block's row sums out of the accumulator's last tile (the ones' columns) into l (fp32), and that
+// tile zeroed. Under a condition (a no-op when it fails: the tile's four values are two sums, each
+// twice): written unconditionally, ptxas serialised every wgmma (its C7511, "insufficient register
+// resources").
+template <int J>
+__device__ void take_row_sums(float (&o)[J][4], float (&l)[2]) {
+  l[0] += o[J - 1][0], l[1] += o[J - 1][2];
+  if (o[J - 1][0] != 0.0f || o[J - 1][2] != 0.0f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[J - 1][e] = 0.0f;
 }
 
 // kSoftmaxTurns (fp8_*_wide_turns, with the optimistic max; an experiment that failed): the two
@@ -827,37 +871,11 @@ __global__ void __launch_bounds__(128 * 3, 1)
       // P̃ overflowed (any lane of the warp: the branch is the warp's) the row max and P̃ again.
       auto softmax_p = [&](int b, int k_) {
         const int j = blocks - 1 - b;
-        const float cj0 = cq * k_scale(j, 0), cj1 = cq * k_scale(j, 1);
-        if (kOptimistic && b > b0) {
-          alpha[0] = alpha[1] = 1.0f;
-          if (!__any_sync(0xffffffffu, optimistic_p<NT, kPolyEvery>(S[0], m, cj0, cj1, at(pipe.P(cwg, k_)), cwarp % 4)))
-            return;
-        }
-        softmax_scores_wide<NT, kOptimistic>(S[0], m, cj0, cj1, alpha);
-        pack_p<Bc>(S[0], P);
-        store_p<Bc>(P, at(pipe.P(cwg, k_)), cwarp % 4);
+        softmax_p_wide<NT, kOptimistic, kPolyEvery>(S[0], P, m, alpha, cq * k_scale(j, 0), cq * k_scale(j, 1), b > b0,
+                                                    [&] { return at(pipe.P(cwg, k_)); }, cwarp % 4);
       };
-      // o = o·alpha (and l) before the P̃·V that adds the block whose softmax set alpha (lazy: skipped
-      // while alpha is 1)
-      auto rescale = [&] {
-        if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
-#pragma unroll
-          for (int d = 0; d < DT; ++d)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[0][d][e] *= alpha[e / 2];
-          l[0] *= alpha[0], l[1] *= alpha[1];
-        }
-        hopper::wgmma_fence();  // o was written: the wgmma that adds into it comes after
-      };
-      // The block's row sums out of the accumulator into l (fp32), and the ones tile zeroed. Under a
-      // condition (a no-op when it fails: the tile's four values are two sums, each twice): written
-      // unconditionally, ptxas serialised every wgmma (its C7511, "insufficient register resources").
-      auto take_row_sums = [&] {
-        l[0] += o[0][DT][0], l[1] += o[0][DT][2];
-        if (o[0][DT][0] != 0.0f || o[0][DT][2] != 0.0f)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[0][DT][e] = 0.0f;
-      };
+      auto rescale = [&] { rescale_wide(o[0], l, alpha); };
+      auto take_row_sums = [&] { fp8::take_row_sums(o[0], l); };
 #pragma unroll
       for (int d = 0; d < NV / 8; ++d)
 #pragma unroll
@@ -957,7 +975,9 @@ __global__ void __launch_bounds__(128 * 3, 1)
 //  - After the last tile the S issued is on that tile's Q and last K (in place: the producer is
 //    done), its result dropped: a wgmma under a branch serialises them all (ptxas' C7520).
 // What it should buy: the S wait and the epilogue off each tile's end, about 1 µs of the 2.5-3 µs a
-// tile costs beyond its blocks: +1-2 % at N = 4096 and 16384, +2-4 % causal.
+// tile costs beyond its blocks: +1-2 % at N = 4096 and 16384, +2-4 % causal. Measured (H100, d = 128,
+// ABBA), with the LPT order and the descales loaded ahead (Tile): 1.084, 1.049, 1.120 and 1.068 of
+// wide_opt (N = 4096, 16384, causal 4096, causal 16384); 1.55, 1.68, 1.45 and 1.59 of stage 08.
 template <class T>
 __global__ void __launch_bounds__(128 * 3, 1)
     flash_v3_fp8_wide_overlap(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
@@ -1023,31 +1043,11 @@ __global__ void __launch_bounds__(128 * 3, 1)
       if (fa3::needs_mask<Bc>(j, cur.wg_row0, p.N, p.causal)) tc::mask_scores(S, cur.warp_row0, j * Bc, p.N, p.causal);
     };
     auto softmax_p = [&](int b, int k_, float k0, float k1) {
-      const float cj0 = cur.cq * k0, cj1 = cur.cq * k1;
-      if (b > cur.b0) {
-        alpha[0] = alpha[1] = 1.0f;
-        if (!__any_sync(0xffffffffu, optimistic_p<NT>(S[0], m, cj0, cj1, at(pipe.P(cwg, k_)), cwarp % 4))) return;
-      }
-      softmax_scores_wide<NT, true>(S[0], m, cj0, cj1, alpha);
-      pack_p<Bc>(S[0], P);
-      store_p<Bc>(P, at(pipe.P(cwg, k_)), cwarp % 4);
+      softmax_p_wide<NT, true>(S[0], P, m, alpha, cur.cq * k0, cur.cq * k1, b > cur.b0,
+                               [&] { return at(pipe.P(cwg, k_)); }, cwarp % 4);
     };
-    auto rescale = [&] {
-      if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
-#pragma unroll
-        for (int d = 0; d < DT; ++d)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[0][d][e] *= alpha[e / 2];
-        l[0] *= alpha[0], l[1] *= alpha[1];
-      }
-      hopper::wgmma_fence();
-    };
-    auto take_row_sums = [&] {
-      l[0] += o[0][DT][0], l[1] += o[0][DT][2];
-      if (o[0][DT][0] != 0.0f || o[0][DT][2] != 0.0f)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[0][DT][e] = 0.0f;
-    };
+    auto rescale = [&] { rescale_wide(o[0], l, alpha); };
+    auto take_row_sums = [&] { fp8::take_row_sums(o[0], l); };
     auto skip_blocks = [&](int it0, int count) {  // causal: the blocks past the warpgroup's rows, an empty turn
       for (int b = 0; b < count; ++b) {
         wait_turn();

@@ -2313,24 +2313,25 @@ def _(D, F):
     return r
 
 
-@prose(CH09, r"In TFLOP/s the overlap kernel runs at ([\d,]+) and ([\d,]+) non-causal, (\d+)% and (\d+)% of the 1,346")
-def _(D, F):
+def wide_ovl_tflops09(F, causal):
+    """wide_ovl.csv: the overlap kernel's median TFLOP/s at N = 4096 and 16384."""
     tf = []
     for N in (4096, 16384):
         rows = [r for r in F["stage09_wide_ovl"] if r["variant"] == "fp8_per_tensor_wide_ovl" and f" N={N} " in r["shape"]
-                and "causal=0" in r["shape"]]
+                and f"causal={int(causal)}" in r["shape"]]
         tf.append(statistics.median(float(r["tflops"]) for r in rows))
+    return tf
+
+
+@prose(CH09, r"In TFLOP/s the overlap kernel runs at ([\d,]+) and ([\d,]+) non-causal, (\d+)% and (\d+)% of the 1,346")
+def _(D, F):
+    tf = wide_ovl_tflops09(F, False)
     return [tf[0], tf[1], tf[0] / 1346 * 100, tf[1] / 1346 * 100]
 
 
 @prose(CH09, r"FP8 forward at N = 16384 \(about 1\.0\s+PFLOP/s\); causal, ([\d,]+) and ([\d,]+)\.")
 def _(D, F):
-    tf = []
-    for N in (4096, 16384):
-        rows = [r for r in F["stage09_wide_ovl"] if r["variant"] == "fp8_per_tensor_wide_ovl" and f" N={N} " in r["shape"]
-                and "causal=1" in r["shape"]]
-        tf.append(statistics.median(float(r["tflops"]) for r in rows))
-    return tf
+    return wide_ovl_tflops09(F, True)
 
 
 @prose(CH09, r"The polynomial with a quarter of the exponentials \(`--exp2-poly-every 4` on `_wide_opt`\) ran at\s([\d.]+) of it at N = 4096 and 16384")
