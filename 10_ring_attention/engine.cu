@@ -80,6 +80,7 @@ struct RankState {
   course::DeviceBuffer<std::uint16_t> dO, dQ, dpart, dK, dV;
   course::DeviceBuffer<float> D, dQacc, dkv[2];
   std::vector<cudaEvent_t> dkv_sending, dkv_arrived;
+  std::vector<cudaEvent_t> pairs_done;  // step s of a backward: its pairs' kernels done, before the sums' wait
 #if COURSE_HAS_NCCL
   mutable ncclComm_t comm = nullptr;  // null again once aborted (wait's timeout)
 #endif
@@ -95,6 +96,7 @@ struct Engine::Impl {
   std::vector<std::uint64_t> sent;
   bool moved = false;  // the last forward had transfers
   bool forward_done = false;  // O and L hold a whole forward's result
+  bool backward_last = false;  // the last call was a backward (timeline() reads its sums' events too)
   double enqueue_ms = 0;
 
   std::size_t chunk_values() const { return std::size_t(s.heads()) * split.c() * s.d; }
@@ -320,7 +322,7 @@ Engine::~Engine() {
 #endif
     for (cudaEvent_t e : {x.begin, x.finished})
       if (e) cudaEventDestroy(e);
-    for (const auto* events : {&x.computed, &x.sending, &x.arrived, &x.dkv_sending, &x.dkv_arrived})
+    for (const auto* events : {&x.computed, &x.sending, &x.arrived, &x.dkv_sending, &x.dkv_arrived, &x.pairs_done})
       for (cudaEvent_t e : *events) cudaEventDestroy(e);
     if (x.transfers && (impl_->transport != Transport::copies || &x == &impl_->ranks[0]))
       cudaStreamDestroy(x.transfers);
@@ -364,7 +366,7 @@ void Engine::upload_dO(const std::uint16_t* dO) {
       x.D = course::DeviceBuffer<float>(R * rows);
       x.dQacc = course::DeviceBuffer<float>(R * n);
       for (auto& b : x.dkv) b = course::DeviceBuffer<float>(2 * R * n);
-      for (auto* events : {&x.dkv_sending, &x.dkv_arrived})
+      for (auto* events : {&x.dkv_sending, &x.dkv_arrived, &x.pairs_done})
         for (int k = 0; k < G; ++k) events->push_back(new_event(true));
     }
     CUDA_CHECK(cudaMemset(x.dO.get(), 0, x.dO.bytes()));  // padding rows: zero
@@ -382,6 +384,7 @@ void Engine::backward() {
   const std::size_t n = m.chunk_values(), rows = m.chunk_rows();
   const bool d128 = m.s.d == 128;
   m.moved = G > 1;
+  m.backward_last = true;
   Shape chunk = m.s;
   chunk.N = sp.c();
   const auto host_start = m.begin_call();
@@ -435,6 +438,7 @@ void Engine::backward() {
         else attention::launch_flash_backward_wide(pair, m.t, a);
       }
       // The shard's running dK, dV came one pass behind it: wait, then add this rank's share.
+      CUDA_CHECK(cudaEventRecord(x.pairs_done[std::size_t(step)], nullptr));
       if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(nullptr, x.dkv_arrived[std::size_t(step - 1)], 0));
       for (std::size_t i = 0; i < pairs.size(); ++i) {
         float* acc = x.dkv[step % 2].get();
@@ -497,6 +501,7 @@ void Engine::forward(Part part) {
   const int G = m.split.G();
   m.moved = part != Part::compute && G > 1;
   m.forward_done = part == Part::all;
+  m.backward_last = false;
   const auto host_start = m.begin_call();
   std::vector<std::vector<bool>> seen(std::size_t(G), std::vector<bool>(std::size_t(m.split.per_rank()), false));
   for (int step = 0; step < G; ++step) {
@@ -582,6 +587,16 @@ std::vector<Engine::Timeline> Engine::timeline() const {
         t.transfers_ms += ms(x.sending[std::size_t(step)], x.arrived[std::size_t(step)]);
         t.waited_ms += std::max(0.0f, ms(x.computed[std::size_t(step)], x.arrived[std::size_t(step)]));
       }
+    if (m.backward_last && m.moved) {
+      const int G = m.split.G();
+      for (int step = 0; step < G; ++step) {
+        t.sums_ms += ms(x.dkv_sending[std::size_t(step)], x.dkv_arrived[std::size_t(step)]);
+        if (step > 0)
+          t.sums_waited_ms +=
+              std::max(0.0f, ms(x.pairs_done[std::size_t(step)], x.dkv_arrived[std::size_t(step - 1)]));
+      }
+      t.home_ms = std::max(0.0f, ms(x.computed[std::size_t(G - 1)], x.dkv_arrived[std::size_t(G - 1)]));
+    }
     out.push_back(t);
   }
   return out;

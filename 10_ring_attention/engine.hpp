@@ -72,10 +72,13 @@ class Engine {
   // over NCCL that includes waiting for the neighbour; with copies, all G copies of a step); and
   // the time its compute stood waiting for a shard (arrival after the step's pairs were done).
   // hidden = 1 − waited / transfers: the share of the transfers under the compute. After a
-  // backward the span is the backward's, but the dK/dV passes are not in it (their waits fall
-  // inside the compute).
+  // backward, the same for its K/V passes, and for the passes of the running dK, dV: their time
+  // (sums_ms, the last pass home included), the time the compute waited for them before adding its
+  // share (sums_waited_ms, from its pairs done to the sums' arrival) and the last pass home, which
+  // nothing can hide (home_ms, from the last step's sums done to their arrival at home).
   struct Timeline {
     float span_ms = 0, transfers_ms = 0, waited_ms = 0;
+    float sums_ms = 0, sums_waited_ms = 0, home_ms = 0;  // the backward's alone; 0 after a forward
   };
   std::vector<Timeline> timeline() const;
   // The host's time (ms) to enqueue the last forward: launches, NCCL's group, the event calls.

@@ -60,6 +60,53 @@ struct Layout {
   bool zigzag;
 };
 
+#if COURSE_HAS_HOPPER
+// Each rank's timeline, the median of `reps` more calls of `call` (no L2 flush between them), as a
+// line of the summary: span, the K/V passes' time and bandwidth, the time the compute waited and the
+// share hidden; after a backward also the running dK, dV's passes and the last one home.
+std::string timelines(ring::Engine& engine, const std::function<void()>& call, const std::string& label,
+                      const ring::Split& split, const Shape& s, Dtype t, std::optional<double> single_ms,
+                      std::optional<double> ring_ms, int reps) {
+  std::vector<std::vector<ring::Engine::Timeline>> runs;
+  for (int i = 0; i < reps; ++i) {
+    call();
+    runs.push_back(engine.timeline());
+  }
+  auto median = [&](int r, float ring::Engine::Timeline::*field) {
+    std::vector<float> v;
+    for (const auto& run : runs) v.push_back(run[std::size_t(r)].*field);
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0f : v[v.size() / 2];
+  };
+  using T = ring::Engine::Timeline;
+  const int G = split.G();
+  std::string line = label + ": ";
+  char text[256];
+  for (int r = 0; r < G; ++r) {
+    const float span = median(r, &T::span_ms), moved = median(r, &T::transfers_ms), waited = median(r, &T::waited_ms);
+    std::snprintf(text, sizeof text, "%srank %d %.3f ms (transfers %.3f ms, %.0f GB/s; waited %.3f ms: %.0f%% hidden)",
+                  r ? "; " : "", r, span, moved,
+                  moved > 0 ? 1e-6 * double(ring::shard_bytes(split, s, t)) * (G - 1) / moved : 0.0, waited,
+                  moved > 0 ? 100.0 * (1.0 - waited / moved) : 0.0);
+    line += text;
+    if (const float sums = median(r, &T::sums_ms); sums > 0) {
+      const double sums_bytes = double(ring::gradient_shard_bytes(split, s));  // a pass: dK, dV in float
+      const float sums_waited = median(r, &T::sums_waited_ms), home = median(r, &T::home_ms);
+      std::snprintf(text, sizeof text, " (dK, dV passes %.3f ms, %.0f GB/s; waited %.3f ms before the last; home %.3f ms)",
+                    sums, 1e-6 * sums_bytes * G / sums, sums_waited, home);
+      line += text;
+    }
+  }
+  std::snprintf(text, sizeof text, "; enqueue %.3f ms", engine.enqueue_ms());
+  line += text;
+  if (single_ms && ring_ms) {
+    std::snprintf(text, sizeof text, "; scaling %.1f%% of ideal (single / (G x ring))", 100.0 * *single_ms / (G * *ring_ms));
+    line += text;
+  }
+  return line;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,8 +211,11 @@ int main(int argc, char** argv) {
         auto gradients_ok = [&](const std::vector<int>& groups, const std::vector<std::uint16_t>& dQ,
                                 const std::vector<std::uint16_t>& dK, const std::vector<std::uint16_t>& dV) {
           auto it = brefs.find(groups);
-          if (it == brefs.end())
+          if (it == brefs.end()) {
+            bench.progress(problem, "the gradients' float64 reference (one head)");
             it = brefs.try_emplace(groups, s, t, in.Q.data(), in.K.data(), in.V.data(), bin.dO.data(), 1, groups).first;
+          }
+          bench.progress(problem, "the gradients against the reference");
           const auto q = course::to_floats(t, dQ), k = course::to_floats(t, dK), v = course::to_floats(t, dV);
           return it->second.check_all(q.data(), k.data(), v.data());
         };
@@ -243,6 +293,7 @@ int main(int argc, char** argv) {
               if (check_gradients)
                 check = [&] {
                   engine.wait(timeout);
+                  bench.progress(problem, name + ": the ring finished; gradients gathered");
                   std::vector<std::uint16_t> dQ(s.elements()), dK(s.elements()), dV(s.elements());
                   engine.download_gradients(dQ.data(), dK.data(), dV.data());
                   return gradients_ok(split.starts(), dQ, dK, dV);
@@ -253,12 +304,20 @@ int main(int argc, char** argv) {
                 engine.wait(timeout);
               }
               bench.measure_gpu(row, [&] { engine.forward(), engine.backward(); }, check);
-              if (single_fb_ms && row.ms && !copies) {
+              if (row.ms && !copies) {
                 char text[200];
-                std::snprintf(text, sizeof text, "%s %s %s: forward + backward %.3f ms, scaling %.1f%% of ideal",
-                              problem.c_str(), name.c_str(), split.text().c_str(), *row.ms,
-                              100.0 * *single_fb_ms / (ranks * *row.ms));
-                summary.push_back(text);
+                std::snprintf(text, sizeof text, "%s %s %s: forward + backward %.3f ms", problem.c_str(), name.c_str(),
+                              split.text().c_str(), *row.ms);
+                std::string line = text;
+                if (single_fb_ms) {
+                  std::snprintf(text, sizeof text, ", scaling %.1f%% of ideal", 100.0 * *single_fb_ms / (ranks * *row.ms));
+                  line += text;
+                }
+                summary.push_back(line);
+                // The backward's own timeline: its K/V passes, and the running dK, dV's passes.
+                summary.push_back(timelines(engine, [&] { engine.forward(), engine.backward(); },
+                                            problem + " " + name + " " + split.text() + " backward", split, s, t,
+                                            std::nullopt, std::nullopt, options.reps));
               }
               bench.add(row);
               continue;
@@ -281,39 +340,9 @@ int main(int argc, char** argv) {
                   return c;
                 };
             bench.measure_gpu(row, [&] { engine.forward(part); }, check);
-            if (part == ring::Part::all && transport != ring::Transport::copies) {
-              // Each rank's timeline, the median of --reps more forwards (no L2 flush between them).
-              std::vector<std::vector<ring::Engine::Timeline>> reps;
-              for (int i = 0; i < options.reps; ++i) {
-                engine.forward();
-                reps.push_back(engine.timeline());
-              }
-              auto median = [&](int r, float ring::Engine::Timeline::*field) {
-                std::vector<float> v;
-                for (const auto& rep : reps) v.push_back(rep[std::size_t(r)].*field);
-                std::sort(v.begin(), v.end());
-                return v.empty() ? 0.0f : v[v.size() / 2];
-              };
-              std::string line = problem + " " + name + " " + split.text() + ": ";
-              char text[160];
-              for (int r = 0; r < ranks; ++r) {
-                const float span = median(r, &ring::Engine::Timeline::span_ms),
-                            moved = median(r, &ring::Engine::Timeline::transfers_ms),
-                            waited = median(r, &ring::Engine::Timeline::waited_ms);
-                std::snprintf(text, sizeof text, "%srank %d %.3f ms (transfers %.3f ms, %.0f GB/s; waited %.3f ms: %.0f%% hidden)",
-                              r ? "; " : "", r, span, moved, moved > 0 ? 1e-6 * double(ring::shard_bytes(split, s, t)) * (ranks - 1) / moved : 0.0,
-                              waited, moved > 0 ? 100.0 * (1.0 - waited / moved) : 0.0);
-                line += text;
-              }
-              std::snprintf(text, sizeof text, "; enqueue %.3f ms", engine.enqueue_ms());
-              line += text;
-              if (single_ms && row.ms) {
-                std::snprintf(text, sizeof text, "; scaling %.1f%% of ideal (single / (G x ring))",
-                              100.0 * *single_ms / (ranks * *row.ms));
-                line += text;
-              }
-              summary.push_back(line);
-            }
+            if (part == ring::Part::all && transport != ring::Transport::copies)
+              summary.push_back(timelines(engine, [&] { engine.forward(); }, problem + " " + name + " " + split.text(),
+                                          split, s, t, single_ms, row.ms, options.reps));
           }
 #endif
           bench.add(row);

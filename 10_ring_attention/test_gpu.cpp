@@ -304,6 +304,33 @@ TEST_CASE("a second backward gives the same dK and dV bits, and a forward after 
   CHECK(L1 == L2);
 }
 
+TEST_CASE("the backward's timeline: the sums' passes timed, inside the span; none after a forward") {
+  const Shape s{1, 2, 600, 128, true};
+  const auto in = attention::make_backward_inputs(s, Dtype::fp16, course::fresh_seed());
+  for (int G : {1, 3}) {
+    CAPTURE(G);
+    Engine engine(Split(600, G, true), s, Dtype::fp16, Transport::copies);
+    engine.upload(in.fwd.Qh.data(), in.fwd.Kh.data(), in.fwd.Vh.data());
+    engine.upload_dO(in.dOh.data());
+    engine.forward();
+    for (const Engine::Timeline& t : engine.timeline()) {
+      CHECK(t.span_ms > 0);
+      CHECK(t.sums_ms == 0);
+      CHECK(t.home_ms == 0);
+    }
+    engine.backward();
+    engine.wait(60.0);
+    for (const Engine::Timeline& t : engine.timeline()) {
+      CHECK(t.span_ms > 0);
+      CHECK(t.waited_ms <= t.transfers_ms + 1e-3f);
+      CHECK(t.home_ms <= t.span_ms);
+      CHECK(t.sums_waited_ms <= t.span_ms);
+      if (G == 1) CHECK(t.sums_ms == 0);  // nothing travels
+      else CHECK(t.sums_ms > 0);
+    }
+  }
+}
+
 TEST_CASE("one rank's backward is stage 07's: the same dK and dV bits") {
   for (int d : {64, 128}) {
     const Shape s{1, 2, 333, d, true};
