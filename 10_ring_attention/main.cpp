@@ -92,8 +92,10 @@ std::string timelines(ring::Engine& engine, const std::function<void()>& call, c
     if (const float sums = median(r, &T::sums_ms); sums > 0) {
       const double sums_bytes = double(ring::gradient_shard_bytes(split, s));  // a pass: dK, dV in float
       const float sums_waited = median(r, &T::sums_waited_ms), home = median(r, &T::home_ms);
-      std::snprintf(text, sizeof text, " (dK, dV passes %.3f ms, %.0f GB/s; waited %.3f ms before the last; home %.3f ms)",
-                    sums, 1e-6 * sums_bytes * G / sums, sums_waited, home);
+      // The passes' time includes the wait of their kernels for SMs that the attention holds; the
+      // last pass runs alone, so its bandwidth is the link's.
+      std::snprintf(text, sizeof text, " (dK, dV passes %.3f ms; waited %.3f ms before the last; home %.3f ms, %.0f GB/s)",
+                    sums, sums_waited, home, home > 0 ? 1e-6 * sums_bytes / home : 0.0);
       line += text;
     }
   }

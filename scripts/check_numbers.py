@@ -1411,7 +1411,8 @@ STAGE10 = "docs/results/h200x2/stage10"
 
 
 def r10(F, run, variant, N, causal):
-    """The one row of a stage-10 CSV (run 1: scaling_8k_32k.csv, run 2: scaling_16k_64k_peer.csv)."""
+    """The one row of a stage-10 CSV (run 1: scaling_8k_32k.csv, run 2: scaling_16k_64k_peer.csv, run 3:
+    flushed/scaling_flushed.csv, every GPU's L2 flushed before each repetition)."""
     rows = [r for r in F[f"stage10_run{run}"] if r["variant"] == variant
             and f" N={N} " in r["shape"] + " " and f"causal={int(causal)}" in r["shape"].split()]
     if len(rows) != 1:
@@ -2288,6 +2289,30 @@ def _(row, D, F):
             "overlap / stage 08": med["08_tuned"] / v}
 
 
+def half09(F, key, N, causal, column="ms"):
+    """half_diagonal(_branchy).csv: _wide_ovl's median `column` in the processes with the half blocks
+    (ca1, ca4; nc: the flag does not apply) and in those with --full-diagonal (ca2, ca3)."""
+    arms = {"half": [], "full": []}
+    for r in F[key]:
+        if r["variant"].startswith("fp8_per_tensor_wide_ovl") and f" N={N} " in r["shape"] and f"causal={causal}" in r["shape"]:
+            arms["full" if r["process"] in ("ca2", "ca3") else "half"].append(float(r[column]))
+    return {k: statistics.median(v) for k, v in arms.items() if v}
+
+
+@spec("ch09-half-diagonal", CH09)
+def _(row, D, F):
+    N = 4096 if "N = 4096" in row["cell"] else 16384
+    m = half09(F, "stage09_half", N, 1)
+    return {"`_wide_ovl`: ms": m["full"], "half blocks: ms": m["half"], "half / `_wide_ovl`": m["full"] / m["half"]}
+
+
+@prose(CH09, r"gave \+([\d.]+)% at causal 4096 and \+([\d.]+)% at 16384\. But with the switch off, that kernel ran at (\d+) TFLOP/s\sat causal 4096 and ([\d,]+) without a mask")
+def _(D, F):
+    gain = lambda N: 100 * (half09(F, "stage09_half_branchy", N, 1)["full"] / half09(F, "stage09_half_branchy", N, 1)["half"] - 1)  # noqa: E731
+    return [gain(4096), gain(16384), half09(F, "stage09_half_branchy", 4096, 1, "tflops")["full"],
+            half09(F, "stage09_half_branchy", 4096, 0, "tflops")["half"]]
+
+
 @prose(CH09, r"\[stage09/wide_epi_ovl_first\.csv\]\(results/h100/stage09/wide_epi_ovl_first\.csv\)\): ([\d.]+) at N = 4096,\s([\d.]+) at 16384, ([\d.]+) and ([\d.]+) causal")
 def _(D, F):
     def ratio(N, c):
@@ -2428,6 +2453,7 @@ def run(root):
         "rung4_steps": read_simple_csv(os.path.join(root, "docs/results/h100/stage06/rung4_steps_1round.csv")),
         "stage10_run1": read_simple_csv(os.path.join(root, STAGE10, "scaling_8k_32k.csv")),
         "stage10_run2": read_simple_csv(os.path.join(root, STAGE10, "scaling_16k_64k_peer.csv")),
+        "stage10_run3": read_simple_csv(os.path.join(root, STAGE10, "flushed", "scaling_flushed.csv")),
         "stage10_first": read_simple_csv(os.path.join(root, STAGE10, "first_run_32k.csv")),
         "stage10_fb": read_simple_csv(os.path.join(root, STAGE10, "forward_backward.csv")),
         "stage10_timelines": read_timelines(root),
@@ -2444,6 +2470,8 @@ def run(root):
         "stage09_wide_ovl": read_simple_csv(os.path.join(root, STAGE09, "wide_ovl.csv")),
         "stage09_wide_epi_ovl_first": read_simple_csv(os.path.join(root, STAGE09, "wide_epi_ovl_first.csv")),
         "stage09_wide_ovl_lpt": read_simple_csv(os.path.join(root, STAGE09, "wide_ovl_lpt.csv")),
+        "stage09_half": read_simple_csv(os.path.join(root, STAGE09, "half_diagonal.csv")),
+        "stage09_half_branchy": read_simple_csv(os.path.join(root, STAGE09, "half_diagonal_branchy.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
