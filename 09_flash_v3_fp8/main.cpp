@@ -420,36 +420,41 @@ int main(int argc, char** argv) {
         return n.size() > tail.size() && n.compare(n.size() - tail.size(), tail.size(), tail) == 0;
       });
     };
-    if (named("_fadd"))
-      notes.push_back("fp8_*_fadd: the ablation: the softmax's row sums by FADDs instead of on the tensor cores with P*V "
-                      "(otherwise the default kernel, P~ through shared memory at d = 128 included)");
-    if (named("_preg"))
-      notes.push_back("fp8_*_preg: the ablation: P~ held in registers as P*V's A operand at every d (the kernel "
-                      "before P~ went through shared memory at d = 128)");
-    if (named("_acc2") || named("_acc3") || named("_lazy3"))
-      notes.push_back("fp8_*_acc2, _acc3, _lazy3: the experiment: O accumulated on the tensor cores across key blocks "
-                      "(FA-3's way; l by FADDs), 2 or 3 consumer warpgroups, _lazy3 with the lazy rescale; V centred "
-                      "by their quantisation (without it O drifts low on inputs whose mean is not 0)");
-    if (named("_wide"))
-      notes.push_back("fp8_*_wide: the wide rung: key blocks of 256 (FA-3's FP8 tiles are 128 x 224), O and the row sums "
-                      "accumulated on the tensor cores with the lazy rescale, two consumer warpgroups; d = 128 and the "
-                      "per-tensor schemes; V centred by their quantisation");
-    if (named("_wide_opt"))
-      notes.push_back("fp8_*_wide_opt: the experiment on the wide rung: the optimistic max (P~ with the running max "
-                      "first, the row max and P~ again only where some P~ overflowed e4m3; m kept 3 log2 units above "
-                      "the max); --exp2-poly-every applies to it");
-    if (named("_wide_turns"))
-      notes.push_back("fp8_*_wide_turns: the experiment _wide_opt with the two consumer warpgroups' softmaxes taking "
-                      "turns (named barriers), as their products do");
-    if (named("_wide_epi"))
-      notes.push_back("fp8_*_wide_epi: the experiment _wide_opt with the epilogue reading v-bar from shared memory "
-                      "(copied in with the tile's Q) instead of global memory");
-    if (named("_wide_ovl"))
-      notes.push_back("fp8_*_wide_ovl: the experiment _wide_epi with a tile's last P~*V and the next tile's first S "
-                      "in one turn, the epilogue running under that S (stage 08's tile_overlap)");
-    if (named("_psmem"))
-      notes.push_back("fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
-                      "only)");
+    // Each ablation's or experiment's note, printed when one of its rows ran.
+    const std::pair<std::vector<std::string>, const char*> ablation_notes[] = {
+        {{"_fadd"},
+         "fp8_*_fadd: the ablation: the softmax's row sums by FADDs instead of on the tensor cores with P*V "
+         "(otherwise the default kernel, P~ through shared memory at d = 128 included)"},
+        {{"_preg"},
+         "fp8_*_preg: the ablation: P~ held in registers as P*V's A operand at every d (the kernel "
+         "before P~ went through shared memory at d = 128)"},
+        {{"_acc2", "_acc3", "_lazy3"},
+         "fp8_*_acc2, _acc3, _lazy3: the experiment: O accumulated on the tensor cores across key blocks "
+         "(FA-3's way; l by FADDs), 2 or 3 consumer warpgroups, _lazy3 with the lazy rescale; V centred "
+         "by their quantisation (without it O drifts low on inputs whose mean is not 0)"},
+        {{"_wide"},
+         "fp8_*_wide: the wide rung: key blocks of 256 (FA-3's FP8 tiles are 128 x 224), O and the row sums "
+         "accumulated on the tensor cores with the lazy rescale, two consumer warpgroups; d = 128 and the "
+         "per-tensor schemes; V centred by their quantisation"},
+        {{"_wide_opt"},
+         "fp8_*_wide_opt: the experiment on the wide rung: the optimistic max (P~ with the running max "
+         "first, the row max and P~ again only where some P~ overflowed e4m3; m kept 3 log2 units above "
+         "the max); --exp2-poly-every applies to it"},
+        {{"_wide_turns"},
+         "fp8_*_wide_turns: the experiment _wide_opt with the two consumer warpgroups' softmaxes taking "
+         "turns (named barriers), as their products do"},
+        {{"_wide_epi"},
+         "fp8_*_wide_epi: the experiment _wide_opt with the epilogue reading v-bar from shared memory "
+         "(copied in with the tile's Q) instead of global memory"},
+        {{"_wide_ovl"},
+         "fp8_*_wide_ovl: the experiment _wide_epi with a tile's last P~*V and the next tile's first S "
+         "in one turn, the epilogue running under that S (stage 08's tile_overlap)"},
+        {{"_psmem"},
+         "fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
+         "only)"},
+    };
+    for (const auto& [tails, note] : ablation_notes)
+      if (std::any_of(tails.begin(), tails.end(), named)) notes.push_back(note);
     char title[256];
     std::snprintf(title, sizeof title, "09_flash_v3_fp8 on %s, %s, seed %llu", course::device_label().c_str(),
                   outliers >= 0 ? "inputs N(0,1) with outliers" : "Q, K, V uniform in [-1, 2)",
