@@ -70,8 +70,10 @@ void set_o_on_tensor_cores(int warpgroups, bool lazy = false);
 //   optimistic (fp8_*_wide_opt): P̃ first with m as it stands, the row max only when some P̃ overflowed;
 //   turns (fp8_*_wide_turns): the two warpgroups' softmaxes taking turns;
 //   vbar_smem (fp8_*_wide_epi): the epilogue reads v̄ from shared memory, copied in with Q;
-//   overlap (fp8_*_wide_ovl): a tile's last P̃·V and epilogue under the next tile's first S.
-enum class Wide { off, rung, optimistic, turns, vbar_smem, overlap };
+//   overlap (fp8_*_wide_ovl): a tile's last P̃·V and epilogue under the next tile's first S;
+//   overlap_mask (fp8_*_wide_mask): that with the causal diagonal's mask not checking N where the
+//     block ends before it.
+enum class Wide { off, rung, optimistic, turns, vbar_smem, overlap, overlap_mask };
 void set_wide_key_blocks(Wide kernel, Granularity v_scales = Granularity::tensor);
 // fp8_*_wide_ovl, causal: its tiles in groups of `heads` heads, a group's heaviest first across its
 // heads (FlashAttention-3's LPT order). 0 (the default): the largest group whose K and V take at

@@ -230,11 +230,12 @@ int main(int argc, char** argv) {
     // per-tensor schemes; V centred); fp8_<scheme>_wide_opt, the experiment on it: the optimistic max
     // (the row max only when P̃ overflowed e4m3; --exp2-poly-every applies to it too);
     // fp8_<scheme>_wide_turns, that with the two warpgroups' softmaxes taking turns; fp8_<scheme>_wide_epi,
-    // _wide_opt with v̄ read from shared memory by the epilogue; and fp8_<scheme>_wide_ovl, that with a
-    // tile's end under the next tile's first S.
+    // _wide_opt with v̄ read from shared memory by the epilogue; fp8_<scheme>_wide_ovl, that with a
+    // tile's end under the next tile's first S; and fp8_<scheme>_wide_mask, that with the causal
+    // diagonal's mask not checking N.
     std::vector<std::string> known = variants;
     const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns",
-                                     "_wide_epi", "_wide_ovl"};
+                                     "_wide_epi", "_wide_ovl", "_wide_mask"};
     for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
       known.push_back("quant_" + centred(s).name());
@@ -296,6 +297,7 @@ int main(int argc, char** argv) {
                                         : ends("_wide_turns") ? fp8::Wide::turns
                                         : ends("_wide_epi")   ? fp8::Wide::vbar_smem
                                         : ends("_wide_ovl")   ? fp8::Wide::overlap
+                                        : ends("_wide_mask")  ? fp8::Wide::overlap_mask
                                                               : fp8::Wide::off;
           const bool wide = wide_kernel != fp8::Wide::off, wide_opt = wide_kernel == fp8::Wide::optimistic;
           size_t suffix = 0;
@@ -305,7 +307,8 @@ int main(int argc, char** argv) {
           if (acc_wg != 0) fp8_tiles.Br = 64 * acc_wg;
           if (wide) fp8_tiles.Bc = 256;
           std::string row_name = fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name;
-          if (wide_kernel == fp8::Wide::overlap && head_group > 0) row_name += "_hg" + std::to_string(head_group);
+          const bool overlap = wide_kernel == fp8::Wide::overlap || wide_kernel == fp8::Wide::overlap_mask;
+          if (overlap && head_group > 0) row_name += "_hg" + std::to_string(head_group);
           course::Row row = bench.row(row_name,
                                       s.text() + " Br=" + std::to_string(fp8_tiles.Br) + " Bc=" + std::to_string(fp8_tiles.Bc));
           row.dtype = course::name(t);
@@ -449,6 +452,9 @@ int main(int argc, char** argv) {
         {{"_wide_ovl"},
          "fp8_*_wide_ovl: the experiment _wide_epi with a tile's last P~*V and the next tile's first S "
          "in one turn, the epilogue running under that S (stage 08's tile_overlap)"},
+        {{"_wide_mask"},
+         "fp8_*_wide_mask: the experiment _wide_ovl with the causal diagonal's mask comparing keys with "
+         "the row only, not with N, where the block ends before N"},
         {{"_psmem"},
          "fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
          "only)"},

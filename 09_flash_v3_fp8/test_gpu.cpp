@@ -264,7 +264,7 @@ TEST_CASE("the experiment fp8_*_acc2, _acc3, _lazy3 (O on the tensor cores) keep
 // fp16 and bf16, zero-mean, offset (V centred), large-logit, outlier and rising-key inputs; the two
 // per-tensor schemes (the rung needs V's descale per tensor: the per-block ones are refused). The
 // rung and each of its experiments (_wide_opt, the optimistic max, also with the polynomial;
-// _wide_turns; _wide_epi; _wide_ovl).
+// _wide_turns; _wide_epi; _wide_ovl; _wide_mask has a case of its own, after the next).
 TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _turns, _epi, _ovl (key blocks of 256) keep the bound, V centred") {
   for (fp8::Wide kernel : {fp8::Wide::rung, fp8::Wide::optimistic, fp8::Wide::turns, fp8::Wide::vbar_smem,
                            fp8::Wide::overlap}) {
@@ -365,6 +365,37 @@ TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one af
       check(s, Dtype::bf16, to_inputs(normal_inputs(s, Dtype::bf16, seed), Dtype::bf16, seed), centred(schemes()[0]), seed);
     }
   CHECK_THROWS_AS(fp8::set_head_group(-1), course::UsageError);
+}
+
+// The experiment _wide_mask: _wide_ovl with the causal diagonal's mask by mask_causal where the block
+// ends before N (tc::mask_scores where it does not, and for N itself). Causal and not (where it is
+// _wide_ovl's code), N on both sides of a key block (N = 256, 257: a last block of one key), ragged N,
+// one row, large logits and rising keys; one block taking every tile, and all.
+TEST_CASE("the experiment _wide_mask (the causal diagonal's mask without N) keeps the bound") {
+  struct Cap {
+    explicit Cap(int blocks) { fa3_set_grid_cap(blocks); }
+    ~Cap() { fa3_set_grid_cap(0); }
+  };
+  const bool sanitizer = softmax::testing::under_sanitizer();
+  const WideBlocks wide(fp8::Wide::overlap_mask);
+  for (int blocks : {0, 1}) {
+    const Cap cap(blocks);
+    CAPTURE(blocks);
+    for (bool causal : {true, false})
+      for (int N : sanitizer ? std::vector<int>{1, 257, 300} : std::vector<int>{1, 129, 256, 257, 300, 1000, 2049}) {
+        const Shape s{1, 2, N, 128, causal};
+        const std::uint64_t seed = course::fresh_seed();
+        CAPTURE(s.text());
+        CAPTURE(seed);
+        const Scheme c = centred(schemes()[0]);
+        check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed), Dtype::fp16, seed), c, seed);
+        if (blocks == 0 && causal) {
+          check(s, Dtype::bf16, make_inputs(s, Dtype::bf16, seed), centred(schemes()[2]), seed);
+          if (N >= 300) check(s, Dtype::fp16, rising_keys(s, Dtype::fp16, seed), c, seed);
+          if (N == 1000) check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), c, seed);
+        }
+      }
+  }
 }
 
 // Why O on the tensor cores needs V centred: on inputs of mean 0.5, V as it is, a sum over all N keys
