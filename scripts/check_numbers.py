@@ -2315,6 +2315,38 @@ def _(D, F):
             half09(F, "stage09_half_branchy", 4096, 0, "tflops")["half"]]
 
 
+def by_process09(F, key, variant, N, causal, process=None):
+    """wide_mask.csv, v_fold_cost_split.csv: the median ms of `variant` in one cell, over the processes
+    whose label (less its last two characters, `_a`, `_b`) is `process` (None: all)."""
+    ms = [float(r["ms"]) for r in F[key] if r["variant"] == variant and f" N={N} " in r["shape"]
+          and f"causal={int(causal)}" in r["shape"] and (process is None or r["process"][:-2] == process)]
+    return statistics.median(ms)
+
+
+@spec("ch09-wide-mask", CH09)
+def _(row, D, F):
+    N = 4096 if "N = 4096" in row["cell"] else 16384
+    c = "causal" in row["cell"]
+    s08, ovl, mask = (by_process09(F, "stage09_wide_mask", v, N, c)
+                      for v in ("08_tuned", "fp8_per_tensor_wide_ovl", "fp8_per_tensor_wide_mask"))
+    return {"stage 08: ms": s08, "`_wide_ovl`: ms": ovl, "`_wide_mask`: ms": mask, "mask / `_wide_ovl`": ovl / mask,
+            "mask / stage 08": s08 / mask}
+
+
+@spec("ch09-v-fold", CH09)
+def _(row, D, F):
+    c = "causal" in row["cell"]
+    old, half, fold = (by_process09(F, "stage09_v_fold", "fp8_per_tensor_wide_ovl", 4096, c, k) for k in ("old", "F1", "F2"))
+    return {"`_wide_ovl`: ms": old, "ones by half / `_wide_ovl`": old / half, "with the fold / `_wide_ovl`": old / fold}
+
+
+@prose(CH09, r"per block took (\d+)–(\d+)% longer than per tensor")
+def _(D, F):
+    r = [by_process09(F, "stage09_wide_mask", "fp8_per_block_hadamard_wide_ovl", N, c) /
+         by_process09(F, "stage09_wide_mask", "fp8_per_tensor_wide_ovl", N, c) for N, c in ((4096, 0), (4096, 1), (16384, 1))]
+    return [100 * (min(r) - 1), 100 * (max(r) - 1)]
+
+
 def first_run_ratios09(F, slower, faster):
     """wide_epi_ovl_first.csv: slower / faster (median ms) in the four d = 128 cells."""
     def ratio(N, c):
@@ -2476,6 +2508,8 @@ def run(root):
         "stage09_wide_ovl_lpt": read_simple_csv(os.path.join(root, STAGE09, "wide_ovl_lpt.csv")),
         "stage09_half": read_simple_csv(os.path.join(root, STAGE09, "half_diagonal.csv")),
         "stage09_half_branchy": read_simple_csv(os.path.join(root, STAGE09, "half_diagonal_branchy.csv")),
+        "stage09_wide_mask": read_simple_csv(os.path.join(root, STAGE09, "wide_mask.csv")),
+        "stage09_v_fold": read_simple_csv(os.path.join(root, STAGE09, "v_fold_cost_split.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
