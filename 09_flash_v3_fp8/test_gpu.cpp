@@ -199,6 +199,11 @@ struct WideBlocks {
   explicit WideBlocks(fp8::Wide kernel = fp8::Wide::rung) { fp8::set_wide_key_blocks(kernel, Granularity::tensor); }
   ~WideBlocks() { fp8::set_wide_key_blocks(fp8::Wide::off); }
 };
+// The persistent grid capped at `blocks` thread blocks (0: no cap), reset when the case ends or throws.
+struct Cap {
+  explicit Cap(int blocks) { fa3_set_grid_cap(blocks); }
+  ~Cap() { fa3_set_grid_cap(0); }
+};
 // N(0, 1) inputs whose keys are scaled up block by block in the order the kernels visit them (the
 // last block first): key j by 1 + (the 256-key blocks after j's), so that a row's max grows by about
 // 4 log₂ units a block, past the optimistic step's headroom (3), and its fallback runs in most blocks.
@@ -322,10 +327,6 @@ TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _turns, _epi,
 // P̃ tile, and _wide_ovl's next S issued under the last P̃·V, with a key block skipped before it where
 // N64 is not a multiple of 128: N = 300, 700).
 TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one after another") {
-  struct Cap {
-    explicit Cap(int blocks) { fa3_set_grid_cap(blocks); }
-    ~Cap() { fa3_set_grid_cap(0); }
-  };
   const bool sanitizer = softmax::testing::under_sanitizer();
   for (fp8::Wide kernel : {fp8::Wide::optimistic, fp8::Wide::vbar_smem, fp8::Wide::overlap}) {
     const WideBlocks wide(kernel);
@@ -372,10 +373,6 @@ TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one af
 // _wide_ovl's code), N on both sides of a key block (N = 256, 257: a last block of one key), ragged N,
 // one row, large logits and rising keys; one block taking every tile, and all.
 TEST_CASE("the experiment _wide_mask (the causal diagonal's mask without N) keeps the bound") {
-  struct Cap {
-    explicit Cap(int blocks) { fa3_set_grid_cap(blocks); }
-    ~Cap() { fa3_set_grid_cap(0); }
-  };
   const bool sanitizer = softmax::testing::under_sanitizer();
   const WideBlocks wide(fp8::Wide::overlap_mask);
   for (int blocks : {0, 1}) {

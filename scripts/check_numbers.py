@@ -2315,12 +2315,22 @@ def _(D, F):
             half09(F, "stage09_half_branchy", 4096, 0, "tflops")["half"]]
 
 
-def by_process09(F, key, variant, N, causal, process=None):
-    """wide_mask.csv, v_fold_cost_split.csv: the median ms of `variant` in one cell, over the processes
+def rounds_by_process09(F, key, variant, N, causal, process=None):
+    """wide_mask.csv, v_fold_cost_split.csv: the rounds' ms of `variant` in one cell, in the processes
     whose label (less its last two characters, `_a`, `_b`) is `process` (None: all)."""
-    ms = [float(r["ms"]) for r in F[key] if r["variant"] == variant and f" N={N} " in r["shape"]
-          and f"causal={int(causal)}" in r["shape"] and (process is None or r["process"][:-2] == process)]
-    return statistics.median(ms)
+    return [float(r["ms"]) for r in F[key] if r["variant"] == variant and f" N={N} " in r["shape"]
+            and f"causal={int(causal)}" in r["shape"] and (process is None or r["process"][:-2] == process)]
+
+
+def by_process09(F, key, variant, N, causal, process=None):
+    """The median of rounds_by_process09."""
+    return statistics.median(rounds_by_process09(F, key, variant, N, causal, process))
+
+
+def spread_by_process09(F, key, variant, N, causal, process=None):
+    """[median, min, max] of rounds_by_process09: a cell 'ms (min–max)'."""
+    ms = rounds_by_process09(F, key, variant, N, causal, process)
+    return [statistics.median(ms), min(ms), max(ms)]
 
 
 @spec("ch09-wide-mask", CH09)
@@ -2329,7 +2339,9 @@ def _(row, D, F):
     c = "causal" in row["cell"]
     s08, ovl, mask = (by_process09(F, "stage09_wide_mask", v, N, c)
                       for v in ("08_tuned", "fp8_per_tensor_wide_ovl", "fp8_per_tensor_wide_mask"))
-    return {"stage 08: ms": s08, "`_wide_ovl`: ms": ovl, "`_wide_mask`: ms": mask, "mask / `_wide_ovl`": ovl / mask,
+    spread = lambda v: spread_by_process09(F, "stage09_wide_mask", v, N, c)  # noqa: E731
+    return {"stage 08: ms (min–max)": spread("08_tuned"), "`_wide_ovl`: ms (min–max)": spread("fp8_per_tensor_wide_ovl"),
+            "`_wide_mask`: ms (min–max)": spread("fp8_per_tensor_wide_mask"), "mask / `_wide_ovl`": ovl / mask,
             "mask / stage 08": s08 / mask}
 
 
@@ -2337,7 +2349,8 @@ def _(row, D, F):
 def _(row, D, F):
     c = "causal" in row["cell"]
     old, half, fold = (by_process09(F, "stage09_v_fold", "fp8_per_tensor_wide_ovl", 4096, c, k) for k in ("old", "F1", "F2"))
-    return {"`_wide_ovl`: ms": old, "ones by half / `_wide_ovl`": old / half, "with the fold / `_wide_ovl`": old / fold}
+    return {"`_wide_ovl`: ms (min–max)": spread_by_process09(F, "stage09_v_fold", "fp8_per_tensor_wide_ovl", 4096, c, "old"),
+            "ones by half / `_wide_ovl`": old / half, "with the fold / `_wide_ovl`": old / fold}
 
 
 @prose(CH09, r"per block took (\d+)–(\d+)% longer than per tensor")
