@@ -57,11 +57,20 @@
 namespace attention {
 namespace fa3 {
 
-template <class T, int D, int kWG, int kStages, int kPolyEvery, int kLazyLog2, bool kTmaStore, int Bc>
+// kLpt (the experiment tuned_lpt): causal tiles in FlashAttention-3's LPT order (lpt_tile), the heads
+// in groups of `group`, where rung 6 takes them a head at a time. What it should buy: the grid's last
+// tiles the lightest, not some head's heaviest (a simulation of N = 4096, 64 heads: 6 % over the ideal
+// finish a head at a time, 1-2 % in groups); stage 09's FP8 kernel gained 3.0 % from it at causal
+// N = 4096 and nothing at 16384, so about as much here. Measured (H100, fp16, d = 128, against
+// tuned in the same processes): 1.042 at causal N = 4096, level at 16384; not causal 0.4-0.8 %
+// slower with the same order (a different build). An experiment: chapter 09 compares its causal
+// FP8 kernels, which take this order, with it.
+template <class T, int D, int kWG, int kStages, int kPolyEvery, int kLazyLog2, bool kTmaStore, int Bc,
+          bool kLpt = false>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     flash_v3_tuned(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                    const __grid_constant__ CUtensorMap mapV, const __grid_constant__ CUtensorMap mapO, Params p,
-                   int heads, int* next_tile) {
+                   int heads, int* next_tile, int group) {
   constexpr int NT = Bc / 8, DT = D / 8, Br = 64 * kWG;
   extern __shared__ uint8_t smem_raw[];
   const Pipeline<D, kStages, true, 1, Br, Bc> pipe{align1024(smem_raw)};
@@ -76,6 +85,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   // whose tiles were short takes more of them, as the hardware does with rung 5's grid.
   const int Tr = (p.N + Br - 1) / Br, tiles = Tr * heads;
   auto tile = [&](int t, int& i, int& h) {
+    if (kLpt && p.causal) return lpt_tile(t, Tr, heads, group, i, h);
     h = t / Tr;
     i = p.causal ? Tr - 1 - t % Tr : t % Tr;
   };
@@ -233,10 +243,11 @@ namespace {
 
 // The tuned rung at compile-time settings; kStagesOr0 = 0: 3 at d = 64, 2 at d = 128; kWG64: the
 // consumer warpgroups at d = 64 (two at d = 128); kTmaStore: O written out by TMA stores;
-// kBc160: key blocks of 160 at d = 128 when not causal (else 128). Nk: keys at or past it are
-// hidden (s.N but for stage 10's chunks, whose last rows may be padding).
+// kBc160: key blocks of 160 at d = 128 when not causal (else 128); kLpt: causal tiles in the LPT
+// order. Nk: keys at or past it are hidden (s.N but for stage 10's chunks, whose last rows may be
+// padding).
 template <int kStagesOr0, int kPolyEvery64, int kLazyLog2, bool kPersistent, int kWG64 = 3, bool kTmaStore = true,
-          bool kBc160 = false>
+          bool kBc160 = false, bool kLpt = false>
 void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                   void* O, float* L, int Nk = -1) {
   if (Nk < 0) Nk = s.N;
@@ -255,14 +266,15 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
       // O's map (boxes of one warp's 16 rows), for the TMA store; the other epilogue does not read it.
       const CUtensorMap mapO =
           kTmaStore ? fa3::make_tensor_map(O, t == course::Dtype::bf16, s.heads(), s.N, C::D, 16) : m.Q;
-      const auto kernel = fa3::flash_v3_tuned<typename C::T, C::D, kWG, kStages, kPoly, kLazyLog2, kTmaStore, Bc>;
+      const auto kernel = fa3::flash_v3_tuned<typename C::T, C::D, kWG, kStages, kPoly, kLazyLog2, kTmaStore, Bc, kLpt>;
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
       const unsigned persistent = fa3::persistent_grid(s, name, Br);  // checks the number of tiles too
       const unsigned grid = kPersistent ? persistent : unsigned((s.N + Br - 1) / Br) * unsigned(s.heads());
       int* next_tile = fa3::tile_counter();  // 0: the last launch reset it
       tc::Params p = tc::params(Q, K, V, O, L, s.N, s.causal, C::D);
       p.Nk = Nk;
-      kernel<<<grid, 128 * (kWG + 1), bytes>>>(m.Q, m.K, m.V, mapO, p, s.heads(), next_tile);
+      const int group = kLpt ? fa3::lpt_head_group(s, 2, fa3::lpt_group_asked) : 1;
+      kernel<<<grid, 128 * (kWG + 1), bytes>>>(m.Q, m.K, m.V, mapO, p, s.heads(), next_tile, group);
       CUDA_CHECK_LAUNCH();
     };
     if constexpr (C::D == 128 && kBc160) {
@@ -311,6 +323,12 @@ void launch_fa3_tuned_no_tma_store(const Shape& s, course::Dtype t, const void* 
 void launch_fa3_tuned_bc160(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                             float* L) {
   launch_tuned<0, 0, 0, true, 3, true, true>("tuned_bc160", s, t, Q, K, V, O, L);
+}
+
+// The experiment on rung 6: causal tiles in FlashAttention-3's LPT order (fa3_set_lpt_head_group).
+void launch_fa3_tuned_lpt(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                          float* L) {
+  launch_tuned<0, 0, 0, true, 3, true, false, true>("tuned_lpt", s, t, Q, K, V, O, L);
 }
 
 }  // namespace attention

@@ -271,6 +271,18 @@ __device__ inline void tiles_done(int* counter) {
   }
 }
 
+// --- FlashAttention-3's LPT order (longest processing time first), for causal persistent grids ------
+// Taken a head at a time, heaviest first, the grid's last tiles include the heaviest of the last
+// heads, started when the other blocks are nearly done. Here the heads go in groups of `group` (the
+// last group smaller), a group's tiles heaviest first across its heads, so that the grid ends on the
+// lightest tiles of its last group; the launch picks the group so that its K and V stay in L2
+// (lpt_head_group). Tile t: head h, query block i (i = Tr − 1 the heaviest).
+__device__ inline void lpt_tile(int t, int Tr, int heads, int group, int& i, int& h) {
+  const int g0 = t / (group * Tr) * group, n = min(group, heads - g0), r = t - g0 * Tr;
+  h = g0 + r % n;
+  i = Tr - 1 - r / n;
+}
+
 // --- rung 1's loads: cp.async into the swizzle128 layout ------------------------------------------
 // R rows of D 16-bit values from `src` (rows of D) into a tile at `smem`; rows >= `rows` are
 // zero-filled and not read. Consecutive threads take consecutive 16-byte chunks of a row.
@@ -458,6 +470,11 @@ int* tile_counter();
 // The grid of a persistent rung (6, 7): one block a SM, or fewer when there are fewer tiles (or
 // fewer blocks asked for by fa3_set_grid_cap). Throws UsageError past 2^31 tiles.
 unsigned persistent_grid(const Shape& s, const char* variant, int Br = kBr);
+
+// The LPT order's heads a group (lpt_tile): as many as keep their K and V, `value_bytes` a value,
+// within 16 MB of L2 (1 to heads), or `requested` when it is positive (at most heads).
+int lpt_head_group(const Shape& s, int value_bytes, int requested = 0);
+extern int lpt_group_asked;  // the experiment tuned_lpt's group, set by fa3_set_lpt_head_group (0: by size)
 
 // Throws UsageError unless the GPU is a Hopper (sm_90): wgmma and setmaxnreg exist only there.
 void require_hopper(const char* variant);

@@ -93,8 +93,17 @@ unsigned persistent_grid(const Shape& s, const char* variant, int Br) {
   return unsigned(std::min(tiles, blocks));
 }
 
+int lpt_group_asked = 0;
+
+int lpt_head_group(const Shape& s, int value_bytes, int requested) {
+  const long long heads = s.heads();
+  if (requested > 0) return int(std::min<long long>(requested, heads));
+  return int(std::clamp((16LL << 20) / (2LL * s.N * s.d * value_bytes), 1LL, heads));
+}
+
 }  // namespace attention::fa3
 
 namespace attention {
 void fa3_set_grid_cap(int blocks) { fa3::grid_cap = blocks > 0 ? blocks : 0; }
+void fa3_set_lpt_head_group(int heads) { fa3::lpt_group_asked = heads > 0 ? heads : 0; }
 }  // namespace attention

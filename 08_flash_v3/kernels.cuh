@@ -12,9 +12,10 @@
 // and the ablations of the last (one setting changed each): tuned_not_persistent, tuned_lazy (the lazy
 // rescale), tuned_poly (a quarter of the exp2's on the FMA pipe at d = 64), tuned_2_stages,
 // tuned_br128 (two consumer warpgroups at d = 64), tuned_no_tma_store (stage 06's epilogue),
-// tuned_bc160 (key blocks of 160 at d = 128, not causal); and an
-// experiment on it, tile_overlap (fa3_7_tile_overlap.cu: the next tile's first S under this tile's
-// epilogue), with tile_overlap_wait_v_first (V waited for before the turn).
+// tuned_bc160 (key blocks of 160 at d = 128, not causal); and the
+// experiments on it: tuned_lpt (causal tiles in FlashAttention-3's LPT order), tile_overlap
+// (fa3_7_tile_overlap.cu: the next tile's first S under this tile's epilogue), with
+// tile_overlap_wait_v_first (V waited for before the turn).
 #pragma once
 
 #include "../06_flash_v2/algorithm.hpp"
@@ -45,6 +46,8 @@ void launch_fa3_tuned_keys(const Shape& s, int Nk, course::Dtype t, const void* 
 // Tests: the persistent rungs (6, 7) launch at most `blocks` blocks (0: one a SM, the default), so
 // that every block takes many tiles even at small shapes.
 void fa3_set_grid_cap(int blocks);
+// The experiment tuned_lpt: its heads a group (0, the default: as many as keep K and V within 16 MB).
+void fa3_set_lpt_head_group(int heads);
 
 void launch_fa3_tuned_not_persistent(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                                      void* O, float* L);
@@ -60,6 +63,8 @@ void launch_fa3_tuned_no_tma_store(const Shape& s, course::Dtype t, const void* 
                                    void* O, float* L);
 void launch_fa3_tuned_bc160(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                             float* L);
+void launch_fa3_tuned_lpt(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
+                          float* L);
 void launch_fa3_tile_overlap(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                              float* L);
 void launch_fa3_tile_overlap_wait_v_first(const Shape& s, course::Dtype t, const void* Q, const void* K,

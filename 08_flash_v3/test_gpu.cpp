@@ -158,6 +158,34 @@ TEST_CASE("the persistent rungs with few blocks: each block takes many tiles, on
     }
 }
 
+TEST_CASE("the LPT order (tuned_lpt): groups of heads that do not divide the heads, few blocks") {
+  // Causal tiles in groups of heads, a group's heaviest first: with 7 heads in groups of 3 the last
+  // group has one head, and with 1 or 3 blocks every tile is handed over. The order must map the tile
+  // numbers one to one onto (head, query block): a tile that no number reaches leaves its rows of O
+  // and L as poisoned.
+  struct Setting {
+    Setting(int blocks, int group) { fa3_set_grid_cap(blocks), fa3_set_lpt_head_group(group); }
+    ~Setting() { fa3_set_grid_cap(0), fa3_set_lpt_head_group(0); }
+  };
+  const bool sanitizer = softmax::testing::under_sanitizer();
+  const V2Variant v = v3_variant("tuned_lpt");
+  for (int group : {3, 0, 7})
+    for (int blocks : {1, 3, 0}) {
+      const Setting setting(blocks, group);
+      for (int d : v.ds)
+        for (int N : sanitizer ? std::vector<int>{300} : std::vector<int>{1, 300, 1000}) {
+          const Shape s{1, 7, N, d, true};
+          const Dtype t = d == 64 ? Dtype::fp16 : Dtype::bf16;
+          const auto in = make_inputs(s, t, course::fresh_seed());
+          CAPTURE(group);
+          CAPTURE(blocks);
+          CAPTURE(s.text());
+          CAPTURE(in.seed);
+          check_result(s, t, in, run_gpu(v, s, t, in));
+        }
+    }
+}
+
 TEST_CASE("bad input: dtypes and head dimensions the rungs do not take, empty shapes") {
   course::DeviceBuffer<float> b(1024);
   float* p = b.get();

@@ -47,7 +47,9 @@ const std::vector<V2Variant>& v3_ablations() {
       // Rung 6 with key blocks of 160 at d = 128 when not causal (FlashAttention-3 takes 176).
       {"tuned_bc160", half, {128}, tuned_bc160_tiles, COURSE_HOPPER(launch_fa3_tuned_bc160)},
       {"overlap_no_ws", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_overlap_no_ws)},  // rung 5, no producer
-      // Experiments on rung 6 (fa3_7_tile_overlap.cu): the next tile's first S under this tile's end.
+      // Experiments on rung 6: causal tiles in FlashAttention-3's LPT order (fa3_6_tuned.cu), and
+      // (fa3_7_tile_overlap.cu) the next tile's first S under this tile's end.
+      {"tuned_lpt", half, {64, 128}, tuned_tiles, COURSE_HOPPER(launch_fa3_tuned_lpt)},
       {"tile_overlap", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tile_overlap)},
       {"tile_overlap_wait_v_first", half, {64, 128}, fa3_tiles, COURSE_HOPPER(launch_fa3_tile_overlap_wait_v_first)},
   };

@@ -197,19 +197,10 @@ struct Pipeline {
     hopper::tma_load_3d(K(it), mapK, k_full(it), 0, j * Bc, h);
   }
   // Tile t of the persistent grid: head h, query block i (causal: a head's last, heaviest, first).
-  // group > 1 (causal, wide_ovl): the heads in groups of `group` (the last one smaller), a group's
-  // tiles heaviest first across its heads, FlashAttention-3's LPT order (longest processing time
-  // first). A head at a time, the grid's last tiles include some head's heaviest, started when the
-  // other blocks are almost done (a simulation of N = 4096, 64 heads: 6 % over the ideal finish);
-  // in groups, they are the last group's lightest (1-2 %). The group's K and V stay in L2 (launch
-  // picks `group` so that they take at most 16 MB).
+  // group > 1 (causal, wide_ovl): FlashAttention-3's LPT order, the heads in groups of `group`, a
+  // group's tiles heaviest first across its heads (fa3::lpt_tile, stage 08's fa3_common.cuh).
   __device__ static void tile(int t, int Tr, bool causal, int& i, int& h, int heads = 1, int group = 1) {
-    if (group > 1 && causal) {
-      const int g0 = t / (group * Tr) * group, n = min(group, heads - g0), r = t - g0 * Tr;
-      h = g0 + r % n;
-      i = Tr - 1 - r / n;
-      return;
-    }
+    if (group > 1 && causal) return fa3::lpt_tile(t, Tr, heads, group, i, h);
     h = t / Tr;
     i = causal ? Tr - 1 - t % Tr : t % Tr;
   }
@@ -1267,8 +1258,7 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     course::require_shared_memory(bytes, "fp8 (key blocks of 256) at d = 128");
     if (wide == Wide::overlap || wide == Wide::overlap_mask) {  // causal: heads in groups whose K and V (1 byte a value) take at most 16 MB
       const auto overlap = wide == Wide::overlap_mask ? flash_v3_fp8_wide_overlap<T, true> : flash_v3_fp8_wide_overlap<T>;
-      const long long by_size = std::clamp((16LL << 20) / (2LL * s.N * s.d), 1LL, (long long)s.heads());
-      const int group = int(head_group > 0 ? std::min<long long>(head_group, s.heads()) : by_size);
+      const int group = fa3::lpt_head_group(s, 1, head_group);
       CUDA_CHECK(cudaFuncSetAttribute(overlap, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
       overlap<<<grid, 128 * 3, bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile, group);
     } else {

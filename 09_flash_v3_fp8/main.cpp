@@ -28,6 +28,7 @@
 #if COURSE_HAS_HOPPER
 #include "device_fp8.hpp"
 #include "kernels.cuh"
+#include "../08_flash_v3/kernels.cuh"  // fa3_set_lpt_head_group
 #endif
 #endif
 
@@ -38,6 +39,7 @@ using course::Dtype;
 namespace {
 
 constexpr const char* kStage08Rung = "tuned";
+constexpr const char* kStage08LptRung = "tuned_lpt";  // its experiment with FlashAttention-3's LPT tile order
 // Bytes between the SMs and L2 in the model (stage 06's, with 1-byte Q, K, V): per head Q once,
 // K and V of every visited key block once per query block, O (2 bytes a value) and L once.
 double attention_model_bytes(const Shape& s, const Tiles& t) {
@@ -210,9 +212,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({0, 4, 8}))
       ->capture_default_str();
   app.add_option("--head-group", head_group,
-                 "Experiment, fp8_*_wide_ovl, causal: the tile order's groups of heads, each group's heaviest tiles "
-                 "first (0: heads whose K and V take at most 16 MB; 1: a head at a time); its rows are named "
-                 "<variant>_hg<G>")
+                 "Experiment, fp8_*_wide_ovl and _wide_mask, and stage 08's 08_tuned_lpt, causal: the tile order's "
+                 "groups of heads, each group's heaviest tiles first (0: heads whose K and V take at most 16 MB; 1: "
+                 "a head at a time); its rows are named <variant>_hg<G>")
       ->check(course::whole_number(0))
       ->capture_default_str();
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
@@ -234,6 +236,7 @@ int main(int argc, char** argv) {
     // tile's end under the next tile's first S; and fp8_<scheme>_wide_mask, that with the causal
     // diagonal's mask not checking N.
     std::vector<std::string> known = variants;
+    known.push_back(std::string("08_") + kStage08LptRung);  // stage 08's experiment: causal tiles in the LPT order
     const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns",
                                      "_wide_epi", "_wide_ovl", "_wide_mask"};
     for (const Scheme& s : schemes()) {
@@ -250,6 +253,7 @@ int main(int argc, char** argv) {
 #if COURSE_HAS_HOPPER
     fp8::set_exp2_poly_every(poly_every);
     fp8::set_head_group(head_group);
+    fa3_set_lpt_head_group(head_group);
 #endif
     if (!sweep_csv.empty()) {
       Shape s = base;
@@ -308,14 +312,15 @@ int main(int argc, char** argv) {
           if (wide) fp8_tiles.Bc = 256;
           std::string row_name = fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name;
           const bool overlap = wide_kernel == fp8::Wide::overlap || wide_kernel == fp8::Wide::overlap_mask;
-          if (overlap && head_group > 0) row_name += "_hg" + std::to_string(head_group);
+          const bool lpt08 = name == std::string("08_") + kStage08LptRung;
+          if ((overlap || lpt08) && head_group > 0) row_name += "_hg" + std::to_string(head_group);
           course::Row row = bench.row(row_name,
                                       s.text() + " Br=" + std::to_string(fp8_tiles.Br) + " Bc=" + std::to_string(fp8_tiles.Bc));
           row.dtype = course::name(t);
           row.size = N;
           if (name.rfind("08_", 0) == 0) {
             row.flops = s.flops();
-            const std::string rung = kStage08Rung;  // a named argument: GCC 13 warns of a dangling reference
+            const std::string rung = name.substr(3);  // a named argument: GCC 13 warns of a dangling reference
             const V2Variant& v = v3_variant(rung);   // to a temporary string (the list is static; it is not)
             const Tiles tiles = v.tiles(s);
             row.shape = s.text() + " Br=" + std::to_string(tiles.Br) + " Bc=" + std::to_string(tiles.Bc);
