@@ -6,7 +6,9 @@
 // 0.5 (V centred), and its drift on inputs of mean 0.5 with V uncentred asserted.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -392,6 +394,70 @@ TEST_CASE("the experiment _wide_mask (the causal diagonal's mask without N) keep
           if (N == 1000) check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), c, seed);
         }
       }
+  }
+}
+
+// Per tensor, every tile, warpgroup and key block has the same descales, so a wide kernel that took
+// one from the wrong tile, warpgroup or key block would pass the cases above. Here Q's and K's
+// per-tensor bytes are kept and each block of 128 rows has its descale multiplied by 2^e (e from -2
+// to 2, drawn from the seed), with the inputs' rows multiplied alike: the same bytes then stand for
+// the scaled inputs exactly, and O and L must keep the bound against float64 on those. At N = 300
+// and 2049 (causal tiles laid from N rounded up to 64) the two warpgroups of a tile read different
+// Q blocks, and a warpgroup that skips the tile's last key block starts on the descales of the one
+// before it; one block taking every tile checks the descales loaded a tile ahead.
+TEST_CASE("the overlap kernels take each tile's, warpgroup's and key block's own descales") {
+  const bool sanitizer = softmax::testing::under_sanitizer();
+  for (fp8::Wide kernel : {fp8::Wide::overlap, fp8::Wide::overlap_mask}) {
+    const WideBlocks wide(kernel);
+    for (int blocks : {0, 1}) {
+      const Cap cap(blocks);
+      for (bool causal : {true, false})
+        for (int N : sanitizer ? std::vector<int>{300} : std::vector<int>{300, 1000, 2049}) {
+          const Shape s{1, 2, N, 128, causal};
+          const std::uint64_t seed = course::fresh_seed();
+          CAPTURE(int(kernel));
+          CAPTURE(blocks);
+          CAPTURE(s.text());
+          CAPTURE(seed);
+          Inputs in = make_inputs(s, Dtype::fp16, seed);
+          const Scheme c = centred(schemes()[0]);
+          QuantizedInputs cpu = quantize_inputs(s, in.Q, in.K, in.V, c, seed);
+          course::DeviceBuffer<std::uint16_t> Q(in.Qh), K(in.Kh), V(in.Vh), O(s.elements());
+          course::DeviceBuffer<float> L(std::size_t(s.heads()) * s.N);
+          Fp8Buffers q(s);
+          O.poison();
+          L.poison();
+          launch_quantize(s, Dtype::fp16, c, cpu.signs, Q.get(), K.get(), V.get(), q.view());
+          std::vector<float> q_scale = q.q_scale.download(), k_scale = q.k_scale.download();
+          REQUIRE(q_scale == cpu.Q.scale);
+          REQUIRE(k_scale == cpu.K.scale);
+          std::mt19937 rng{static_cast<unsigned>(seed)};
+          const int nb = cpu.Q.blocks();
+          auto rescale = [&](std::vector<float>& x, std::vector<float>& device, Quantized& host) {
+            for (int h = 0; h < s.heads(); ++h)
+              for (int b = 0; b < nb; ++b) {
+                const float f = std::ldexp(1.0f, int(rng() % 5) - 2);
+                device[std::size_t(h) * nb + b] *= f;
+                host.scale[std::size_t(h) * nb + b] *= f;
+                for (int r = b * kScaleRows; r < std::min(N, (b + 1) * kScaleRows); ++r)
+                  for (int col = 0; col < s.d; ++col) x[(std::size_t(h) * N + r) * s.d + col] *= f;
+              }
+          };
+          rescale(in.Q, q_scale, cpu.Q);
+          rescale(in.K, k_scale, cpu.K);
+          q.q_scale.upload(q_scale);
+          q.k_scale.upload(k_scale);
+          launch_attention(s, Dtype::fp16, q.view(), O.get(), L.get());
+          CUDA_CHECK(cudaDeviceSynchronize());
+          const Fp8Reference ref(s, Dtype::fp16, in.Q, in.K, in.V, cpu);
+          const auto Oc = ref.check_O(course::to_floats(Dtype::fp16, O.download()).data());
+          const auto Lc = ref.check_L(L.download().data());
+          INFO("O: " << Oc.summary() << " (plain FP8 " << ref.plain_error_O() << ")\n" << Oc.first_mismatches);
+          INFO("L: " << Lc.summary() << " (plain FP8 " << ref.plain_error_L() << ")\n" << Lc.first_mismatches);
+          CHECK(Oc.ok());
+          CHECK(Lc.ok());
+        }
+    }
   }
 }
 
