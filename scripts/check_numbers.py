@@ -2353,6 +2353,68 @@ def _(row, D, F):
             "ones by half / `_wide_ovl`": old / half, "with the fold / `_wide_ovl`": old / fold}
 
 
+def ms_spread09(F, key, variant, N, causal):
+    """[median, min, max] of a variant's rounds in one cell of a run (all its processes)."""
+    return spread_by_process09(F, key, variant, N, causal)
+
+
+@spec("ch08-lpt", "docs/08_flash_v3.md")
+def _(row, D, F):
+    N = 4096 if "N = 4096" in row["cell"] else 16384
+    c = "causal" in row["cell"]
+    t, lpt = (ms_spread09(F, "stage09_wide_desc", v, N, c) for v in ("08_tuned", "08_tuned_lpt"))
+    return {"`tuned`: ms (min–max)": t, "`tuned_lpt`: ms (min–max)": lpt, "`tuned` / `tuned_lpt`": t[0] / lpt[0]}
+
+
+@prose("docs/08_flash_v3.md", r"a first run gave ([\d.]+), and groups of 16\sheads ([\d.]+)")
+def _(D, F):
+    m = lambda v: by_process09(F, "stage09_lpt08", v, 4096, True)  # noqa: E731
+    return [m("08_tuned") / m("08_tuned_lpt"), m("08_tuned") / m("08_tuned_lpt_hg16")]
+
+
+@spec("ch09-lpt-fair", CH09)
+def _(row, D, F):
+    N = 4096 if "N = 4096" in row["cell"] else 16384
+    c = "causal" in row["cell"]
+    t, lpt, mask = (ms_spread09(F, "stage09_wide_desc", v, N, c) for v in ("08_tuned", "08_tuned_lpt", "fp8_per_tensor_wide_mask"))
+    return {"stage 08 `tuned`: ms (min–max)": t, "`tuned_lpt`: ms (min–max)": lpt, "`_wide_mask`: ms (min–max)": mask,
+            "mask / `tuned`": t[0] / mask[0], "mask / the faster": min(t[0], lpt[0]) / mask[0]}
+
+
+@spec("ch09-wide-desc", CH09)
+def _(row, D, F):
+    N = 4096 if "N = 4096" in row["cell"] else 16384
+    c = "causal" in row["cell"]
+    mask, desc = (ms_spread09(F, "stage09_wide_desc", v, N, c) for v in ("fp8_per_tensor_wide_mask", "fp8_per_tensor_wide_desc"))
+    return {"`_wide_mask`: ms (min–max)": mask, "descales from the producer: ms (min–max)": desc,
+            "producer / mask": mask[0] / desc[0]}
+
+
+def best08_over_mask09(F):
+    """wide_desc.csv: the faster stage 08 kernel (tuned, tuned_lpt) over _wide_mask in the four d = 128 cells."""
+    def ratio(N, c):
+        m = lambda v: by_process09(F, "stage09_wide_desc", v, N, c)  # noqa: E731
+        return min(m("08_tuned"), m("08_tuned_lpt")) / m("fp8_per_tensor_wide_mask")
+    return {(N, c): ratio(N, c) for N in (4096, 16384) for c in (False, True)}
+
+
+@prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)×")
+def _(D, F):
+    r = best08_over_mask09(F)
+    return [r[4096, False], r[16384, False], r[16384, True], r[4096, True]]
+
+
+@prose(CH09, r"against stage 08 at its best, and ([\d.]+)× at causal\sN = 4096")
+def _(D, F):
+    return [best08_over_mask09(F)[4096, True]]
+
+
+@prose(CH09, r"Stage 08 gains ([\d.]+)% from the order at causal N = 4096")
+def _(D, F):
+    m = lambda v: by_process09(F, "stage09_wide_desc", v, 4096, True)  # noqa: E731
+    return [100 * (m("08_tuned") / m("08_tuned_lpt") - 1)]
+
+
 @prose(CH09, r"per block took (\d+)–(\d+)% longer than per tensor")
 def _(D, F):
     r = [by_process09(F, "stage09_wide_mask", "fp8_per_block_hadamard_wide_ovl", N, c) /
@@ -2523,6 +2585,8 @@ def run(root):
         "stage09_half_branchy": read_simple_csv(os.path.join(root, STAGE09, "half_diagonal_branchy.csv")),
         "stage09_wide_mask": read_simple_csv(os.path.join(root, STAGE09, "wide_mask.csv")),
         "stage09_v_fold": read_simple_csv(os.path.join(root, STAGE09, "v_fold_cost_split.csv")),
+        "stage09_wide_desc": read_simple_csv(os.path.join(root, STAGE09, "wide_desc.csv")),
+        "stage09_lpt08": read_simple_csv(os.path.join(root, STAGE09, "lpt_stage08.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
