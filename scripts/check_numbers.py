@@ -2409,6 +2409,14 @@ def _(D, F):
     return [best08_over_mask09(F)[4096, True]]
 
 
+@spec("ch09-wide-pf", CH09)
+def _(row, D, F):
+    N = 4096 if "N = 4096" in row["cell"] else 16384
+    c = "causal" in row["cell"]
+    mask, pf = (ms_spread09(F, "stage09_wide_pf", v, N, c) for v in ("fp8_per_tensor_wide_mask", "fp8_per_tensor_wide_pf"))
+    return {"`_wide_mask`: ms (min–max)": mask, "prefetched: ms (min–max)": pf, "prefetched / mask": mask[0] / pf[0]}
+
+
 @prose(CH09, r"Stage 08 gains ([\d.]+)% from the order at causal N = 4096")
 def _(D, F):
     m = lambda v: by_process09(F, "stage09_wide_desc", v, 4096, True)  # noqa: E731
@@ -2587,6 +2595,7 @@ def run(root):
         "stage09_v_fold": read_simple_csv(os.path.join(root, STAGE09, "v_fold_cost_split.csv")),
         "stage09_wide_desc": read_simple_csv(os.path.join(root, STAGE09, "wide_desc.csv")),
         "stage09_lpt08": read_simple_csv(os.path.join(root, STAGE09, "lpt_stage08.csv")),
+        "stage09_wide_pf": read_simple_csv(os.path.join(root, STAGE09, "wide_pf.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
