@@ -113,8 +113,10 @@ struct Scales {
 // 64 × 128. kStageInP: no region for O's staging (the wide rung stages O in its first P̃ tile).
 // At Bc = 128 the layout is the one above.
 // kVbar (the wide rung's epilogue, wide_epi and wide_ovl): two slots of v̄ (D floats each), tile n's in
-// slot n % 2, copied in with its Q.
-template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false, bool kVbar = false>
+// slot n % 2, copied in with its Q. kTileIH (wide_dec): two more slots of two ints after the tile
+// numbers, tile n's query block and head in slot n % 2.
+template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false, bool kVbar = false,
+          bool kTileIH = false>
 struct Smem {
   static constexpr int kVtHalf = (D + (kOnes ? 8 : 0)) * 128;  // one 128-key tile of Vᵀ (and its ones)
   static constexpr int kQ = 0, kKV = kBr * D, kSlot = Bc * D + (Bc / 128) * kVtHalf;
@@ -122,14 +124,15 @@ struct Smem {
   static constexpr int kPt = kO + (kStageInP ? 0 : kBr * D * 2);
   static constexpr int kVb = kPt + (kP ? 2 * kBr * Bc : 0);
   static constexpr int kBar = kVb + (kVbar ? 2 * D * 4 : 0);
-  static constexpr size_t kBytes = size_t(kBar) + 8 * (2 + 4 * kStages + 1) + 1024;
+  static constexpr size_t kBytes = size_t(kBar) + 8 * (2 + 4 * kStages + 1 + (kTileIH ? 2 : 0)) + 1024;
 };
 
 // Rung 6's pipeline (fa3_common.cuh's Pipeline, for one Q slot and its own staging) in bytes: the
 // same barriers, phases and protocol; Vᵀ's copy takes the key block's columns of D rows.
-template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false, bool kVbar = false>
+template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false, bool kVbar = false,
+          bool kTileIH = false>
 struct Pipeline {
-  using L = Smem<D, kStages, kBr, kOnes, kP, Bc, kStageInP, kVbar>;
+  using L = Smem<D, kStages, kBr, kOnes, kP, Bc, kStageInP, kVbar, kTileIH>;
   uint8_t* smem;
   __device__ uint8_t* Q() const { return smem + L::kQ; }
   __device__ uint8_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
@@ -148,6 +151,9 @@ struct Pipeline {
   __device__ static int phase(int it) { return (it / kStages) & 1; }
   __device__ volatile int* tile_slot(int n) const {
     return reinterpret_cast<volatile int*>(bar(2 + 4 * kStages)) + (n & 1);
+  }
+  __device__ volatile int* tile_ih(int n) const {  // kTileIH: tile n's query block and head
+    return reinterpret_cast<volatile int*>(bar(2 + 4 * kStages + 1)) + 2 * (n & 1);
   }
   // The rows of ones after each slot's Vᵀ (e4m3 1.0 is 0x38), written once: the copies never touch
   // them. Every thread writes its share and makes it visible to the tensor cores (the async proxy);
@@ -226,6 +232,7 @@ struct Pipeline {
       if (early_k) load_k(mapK, key_blocks(N64, kBr, Bc, p.causal, i, true) - 1, h, it);
       hopper::mbarrier_wait(q_empty(), (n & 1) ^ 1);
       *tile_slot(n) = t;  // published by the arrive on q_full (release)
+      if constexpr (kTileIH) tile_ih(n)[0] = i, tile_ih(n)[1] = h;  // wide_dec: decoded once, here
       it = produce(mapQ, mapK, mapVt, query_row0(N64, kBr, p.causal, true, i), h,
                    key_blocks(N64, kBr, Bc, p.causal, i, true), it, v_mean, n, early_k);
     }
@@ -991,13 +998,25 @@ __device__ void mask_causal(float (&S)[NT][4], int row0, int col0) {
 // N = 4096, less at 16384. The SASS: about half (66 compares, shared by rows g and g + 8, and 128
 // selects, against 373). Measured (H100, against _wide_ovl in the same processes): 1.012 at causal
 // 4096, 1.000 at causal 16384, 1.006 at N = 4096 (no mask there: the same code).
-template <class T, bool kDiagonalMask = false>
+// kDecoded (fp8_*_wide_dec, an experiment on _wide_mask): the producer publishes each tile's query
+// block and head beside its number (tile_ih), which it decoded anyway, and the consumers read them
+// instead of decoding the number again (Pipe::tile: in the LPT order two integer divisions by
+// run-time numbers, each a conversion to float, a reciprocal and a conversion back, with round trips
+// to the uniform registers). The trace put 0.6 µs a causal tile (0.4-0.5 not causal) between the
+// wait for the next tile's Q and the last turn, spent decoding the tile and loading its descales;
+// prefetching the descales into L1 (wide_pf) left it unchanged. What it should buy: the decoding's
+// share of that, up to +1.5-2.5 % at causal N = 4096 if it is most of it, nothing if it is not.
+// The SASS: the consumers' code 216 instructions shorter, every exponential where it was. Measured
+// (H100, against _wide_mask in the same processes): 1.014 at causal N = 4096 (1.011-1.018 in four
+// processes), 1.001 at N = 4096, 0.995 and 1.003 at 16384 (within the power cap's spread); the
+// trace's segment 0.60 -> 0.41 µs causal, so the decoding was a third of it.
+template <class T, bool kDiagonalMask = false, bool kDecoded = false>
 __global__ void __launch_bounds__(128 * 3, 1)
     flash_v3_fp8_wide_overlap(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                               const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO,
                               tc::Params p, Scales sc, int heads, int* next_tile, int group) {
   constexpr int D = 128, kWG = 2, kStages = 2, Bc = kBcWide, NT = Bc / 8, DT = D / 8, kBr = 64 * kWG, NV = D + 8;
-  using Pipe = Pipeline<D, kStages, kBr, true, true, Bc, true, true>;
+  using Pipe = Pipeline<D, kStages, kBr, true, true, Bc, true, true, kDecoded>;
   extern __shared__ uint8_t smem_raw[];
   const Pipe pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
@@ -1028,10 +1047,16 @@ __global__ void __launch_bounds__(128 * 3, 1)
       int h, wg_row0, warp_row0, blocks, b0, hb;
       float cq, sv, k0, k1;
     };
-    auto tile_of = [&](int t) {
+    // kDecoded: tile t, the block's tile n, decoded by the producer (tile_ih(n)).
+    auto tile_of = [&](int t, int n) {
       Tile x;
       int i;
-      Pipe::tile(t, Tr, p.causal, i, x.h, heads, group);
+      if constexpr (kDecoded) {
+        i = __shfl_sync(0xffffffffu, pipe.tile_ih(n)[0], 0);
+        x.h = __shfl_sync(0xffffffffu, pipe.tile_ih(n)[1], 0);
+      } else {
+        Pipe::tile(t, Tr, p.causal, i, x.h, heads, group);
+      }
       const int row0 = query_row0(N64, kBr, p.causal, true, i);
       x.wg_row0 = row0 + 64 * cwg, x.warp_row0 = row0 + 16 * cwarp;
       x.blocks = key_blocks(N64, kBr, Bc, p.causal, i, true);
@@ -1077,7 +1102,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
     pipe.wait_q(0);
     int t = __shfl_sync(0xffffffffu, *pipe.tile_slot(0), 0);
     if (t >= 0) {
-      cur = tile_of(t);
+      cur = tile_of(t, 0);
       skip_blocks(it, cur.b0);
       pipe.wait_k(it + cur.b0);
       wait_turn();
@@ -1133,7 +1158,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
       pipe.wait_q(n + 1);
       const int t_next = __shfl_sync(0xffffffffu, *pipe.tile_slot(n + 1), 0);
       const bool more = t_next >= 0;
-      const Tile next = tile_of(more ? t_next : t);
+      const Tile next = tile_of(more ? t_next : t, more ? n + 1 : n);
       if (more) skip_blocks(k + 1, next.b0);
       const int kS = more ? k + 1 + next.b0 : k;
       pipe.wait_v(k);
@@ -1245,9 +1270,11 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   // The wide rung: key blocks of 256, O and l on the tensor cores, the lazy rescale (d = 128).
   auto run_wide = [&](auto type) {
     using T = decltype(type);
-    const bool vbar = wide == Wide::vbar_smem || wide == Wide::overlap || wide == Wide::overlap_mask;
-    const size_t bytes = vbar ? Smem<128, 2, 128, true, true, kBcWide, true, true>::kBytes
-                              : Smem<128, 2, 128, true, true, kBcWide, true>::kBytes;
+    const bool overlap_kernel = wide == Wide::overlap || wide == Wide::overlap_mask || wide == Wide::overlap_decoded;
+    const bool vbar = wide == Wide::vbar_smem || overlap_kernel;
+    const size_t bytes = wide == Wide::overlap_decoded ? Smem<128, 2, 128, true, true, kBcWide, true, true, true>::kBytes
+                         : vbar ? Smem<128, 2, 128, true, true, kBcWide, true, true>::kBytes
+                                : Smem<128, 2, 128, true, true, kBcWide, true>::kBytes;
     const auto kernel = wide == Wide::rung        ? flash_v3_fp8_wide<T, false>
                         : wide == Wide::turns     ? flash_v3_fp8_wide<T, true, 0, true>
                         : wide == Wide::vbar_smem ? flash_v3_fp8_wide<T, true, 0, false, true>
@@ -1256,8 +1283,10 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
                                                   : flash_v3_fp8_wide<T, true>;
     course::require(Br == 128, "fp8: attention_tiles and the wide kernel's warpgroups disagree");
     course::require_shared_memory(bytes, "fp8 (key blocks of 256) at d = 128");
-    if (wide == Wide::overlap || wide == Wide::overlap_mask) {  // causal: heads in groups whose K and V (1 byte a value) take at most 16 MB
-      const auto overlap = wide == Wide::overlap_mask ? flash_v3_fp8_wide_overlap<T, true> : flash_v3_fp8_wide_overlap<T>;
+    if (overlap_kernel) {  // causal: heads in groups whose K and V (1 byte a value) take at most 16 MB
+      const auto overlap = wide == Wide::overlap_decoded ? flash_v3_fp8_wide_overlap<T, true, true>
+                           : wide == Wide::overlap_mask  ? flash_v3_fp8_wide_overlap<T, true>
+                                                         : flash_v3_fp8_wide_overlap<T>;
       const int group = fa3::lpt_head_group(s, 1, head_group);
       CUDA_CHECK(cudaFuncSetAttribute(overlap, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
       overlap<<<grid, 128 * 3, bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile, group);

@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> known = variants;
     known.push_back(std::string("08_") + kStage08LptRung);  // stage 08's experiment: causal tiles in the LPT order
     const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns",
-                                     "_wide_epi", "_wide_ovl", "_wide_mask"};
+                                     "_wide_epi", "_wide_ovl", "_wide_mask", "_wide_dec"};
     for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
       known.push_back("quant_" + centred(s).name());
@@ -302,6 +302,7 @@ int main(int argc, char** argv) {
                                         : ends("_wide_epi")   ? fp8::Wide::vbar_smem
                                         : ends("_wide_ovl")   ? fp8::Wide::overlap
                                         : ends("_wide_mask")  ? fp8::Wide::overlap_mask
+                                        : ends("_wide_dec")   ? fp8::Wide::overlap_decoded
                                                               : fp8::Wide::off;
           const bool wide = wide_kernel != fp8::Wide::off, wide_opt = wide_kernel == fp8::Wide::optimistic;
           size_t suffix = 0;
@@ -311,7 +312,8 @@ int main(int argc, char** argv) {
           if (acc_wg != 0) fp8_tiles.Br = 64 * acc_wg;
           if (wide) fp8_tiles.Bc = 256;
           std::string row_name = fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name;
-          const bool overlap = wide_kernel == fp8::Wide::overlap || wide_kernel == fp8::Wide::overlap_mask;
+          const bool overlap = wide_kernel == fp8::Wide::overlap || wide_kernel == fp8::Wide::overlap_mask ||
+                               wide_kernel == fp8::Wide::overlap_decoded;
           const bool lpt08 = name == std::string("08_") + kStage08LptRung;
           if ((overlap || lpt08) && head_group > 0) row_name += "_hg" + std::to_string(head_group);
           course::Row row = bench.row(row_name,
@@ -460,6 +462,9 @@ int main(int argc, char** argv) {
         {{"_wide_mask"},
          "fp8_*_wide_mask: the experiment _wide_ovl with the causal diagonal's mask comparing keys with "
          "the row only, not with N, where the block ends before N"},
+        {{"_wide_dec"},
+         "fp8_*_wide_dec: the experiment _wide_mask with each tile's head and query block decoded by the "
+         "producer and passed on in shared memory"},
         {{"_psmem"},
          "fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
          "only)"},

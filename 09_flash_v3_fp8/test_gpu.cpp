@@ -407,7 +407,7 @@ TEST_CASE("the experiment _wide_mask (the causal diagonal's mask without N) keep
 // before it; one block taking every tile checks the descales loaded a tile ahead.
 TEST_CASE("the overlap kernels take each tile's, warpgroup's and key block's own descales") {
   const bool sanitizer = softmax::testing::under_sanitizer();
-  for (fp8::Wide kernel : {fp8::Wide::overlap, fp8::Wide::overlap_mask}) {
+  for (fp8::Wide kernel : {fp8::Wide::overlap, fp8::Wide::overlap_mask, fp8::Wide::overlap_decoded}) {
     const WideBlocks wide(kernel);
     for (int blocks : {0, 1}) {
       const Cap cap(blocks);
