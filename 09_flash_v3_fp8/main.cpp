@@ -459,6 +459,9 @@ int main(int argc, char** argv) {
         {{"_wide_ovl"},
          "fp8_*_wide_ovl: the experiment _wide_epi with a tile's last P~*V and the next tile's first S "
          "in one turn, the epilogue running under that S (stage 08's tile_overlap)"},
+        {{"_tuned_lpt"},
+         "08_tuned_lpt: stage 08's experiment, its last rung with causal tiles in FlashAttention-3's LPT order "
+         "(the order of the FP8 overlap kernels)"},
         {{"_wide_mask"},
          "fp8_*_wide_mask: the experiment _wide_ovl with the causal diagonal's mask comparing keys with "
          "the row only, not with N, where the block ends before N"},

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -399,12 +398,13 @@ TEST_CASE("the experiment _wide_mask (the causal diagonal's mask without N) keep
 
 // Per tensor, every tile, warpgroup and key block has the same descales, so a wide kernel that took
 // one from the wrong tile, warpgroup or key block would pass the cases above. Here Q's and K's
-// per-tensor bytes are kept and each block of 128 rows has its descale multiplied by 2^e (e from -2
-// to 2, drawn from the seed), with the inputs' rows multiplied alike: the same bytes then stand for
-// the scaled inputs exactly, and O and L must keep the bound against float64 on those. At N = 300
-// and 2049 (causal tiles laid from N rounded up to 64) the two warpgroups of a tile read different
-// Q blocks, and a warpgroup that skips the tile's last key block starts on the descales of the one
-// before it; one block taking every tile checks the descales loaded a tile ahead.
+// per-tensor bytes are kept and each block of 128 rows has its descale multiplied by 2^e, e from -2
+// to 2 and never the same in neighbouring blocks; V's, which the wide kernels take per head, by 2^e
+// a head (and v̄ with it). The inputs' rows are multiplied alike, so the bytes stand for the scaled
+// inputs as they did for the inputs, and O and L must keep the bound against float64 on those. At
+// N = 300 and 2049 (causal tiles laid from N rounded up to 64) the two warpgroups of a tile read
+// different Q blocks, and a warpgroup that skips the tile's last key block starts on the descales of
+// the one before it; one block taking every tile checks the descales loaded a tile ahead.
 TEST_CASE("the overlap kernels take each tile's, warpgroup's and key block's own descales") {
   const bool sanitizer = softmax::testing::under_sanitizer();
   for (fp8::Wide kernel : {fp8::Wide::overlap, fp8::Wide::overlap_mask, fp8::Wide::overlap_decoded}) {
@@ -428,25 +428,35 @@ TEST_CASE("the overlap kernels take each tile's, warpgroup's and key block's own
           O.poison();
           L.poison();
           launch_quantize(s, Dtype::fp16, c, cpu.signs, Q.get(), K.get(), V.get(), q.view());
-          std::vector<float> q_scale = q.q_scale.download(), k_scale = q.k_scale.download();
+          std::vector<float> q_scale = q.q_scale.download(), k_scale = q.k_scale.download(),
+                             v_scale = q.v_scale.download(), v_mean = q.v_mean.download();
           REQUIRE(q_scale == cpu.Q.scale);
           REQUIRE(k_scale == cpu.K.scale);
-          std::mt19937 rng{static_cast<unsigned>(seed)};
+          REQUIRE(v_scale == cpu.V.scale);
+          REQUIRE(v_mean == cpu.v_mean);
+          // 2^e, e = (3x + seed) mod 5 − 2: x and x + 1 never get the same factor.
+          auto factor = [&](int x) { return std::ldexp(1.0f, int((3 * std::uint64_t(x) + seed) % 5) - 2); };
           const int nb = cpu.Q.blocks();
-          auto rescale = [&](std::vector<float>& x, std::vector<float>& device, Quantized& host) {
-            for (int h = 0; h < s.heads(); ++h)
-              for (int b = 0; b < nb; ++b) {
-                const float f = std::ldexp(1.0f, int(rng() % 5) - 2);
-                device[std::size_t(h) * nb + b] *= f;
-                host.scale[std::size_t(h) * nb + b] *= f;
-                for (int r = b * kScaleRows; r < std::min(N, (b + 1) * kScaleRows); ++r)
-                  for (int col = 0; col < s.d; ++col) x[(std::size_t(h) * N + r) * s.d + col] *= f;
-              }
+          auto scale_rows = [&](std::vector<float>& x, int h, int r0, int r1, float f) {
+            for (int r = r0; r < std::min(N, r1); ++r)
+              for (int col = 0; col < s.d; ++col) x[(std::size_t(h) * N + r) * s.d + col] *= f;
           };
-          rescale(in.Q, q_scale, cpu.Q);
-          rescale(in.K, k_scale, cpu.K);
+          for (int h = 0; h < s.heads(); ++h) {
+            for (int b = 0; b < nb; ++b) {
+              const std::size_t hb = std::size_t(h) * nb + b;
+              const float fq = factor(h * nb + b), fk = factor(h * nb + b + 2);
+              q_scale[hb] *= fq, cpu.Q.scale[hb] *= fq, scale_rows(in.Q, h, b * kScaleRows, (b + 1) * kScaleRows, fq);
+              k_scale[hb] *= fk, cpu.K.scale[hb] *= fk, scale_rows(in.K, h, b * kScaleRows, (b + 1) * kScaleRows, fk);
+            }
+            const float fv = factor(h + 1);
+            for (int b = 0; b < nb; ++b) v_scale[std::size_t(h) * nb + b] *= fv, cpu.V.scale[std::size_t(h) * nb + b] *= fv;
+            for (int col = 0; col < s.d; ++col) v_mean[std::size_t(h) * s.d + col] *= fv, cpu.v_mean[std::size_t(h) * s.d + col] *= fv;
+            scale_rows(in.V, h, 0, N, fv);
+          }
           q.q_scale.upload(q_scale);
           q.k_scale.upload(k_scale);
+          q.v_scale.upload(v_scale);
+          q.v_mean.upload(v_mean);
           launch_attention(s, Dtype::fp16, q.view(), O.get(), L.get());
           CUDA_CHECK(cudaDeviceSynchronize());
           const Fp8Reference ref(s, Dtype::fp16, in.Q, in.K, in.V, cpu);
