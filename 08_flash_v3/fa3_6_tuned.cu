@@ -273,7 +273,7 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
       int* next_tile = fa3::tile_counter();  // 0: the last launch reset it
       tc::Params p = tc::params(Q, K, V, O, L, s.N, s.causal, C::D);
       p.Nk = Nk;
-      const int group = kLpt ? fa3::lpt_head_group(s, 2, fa3::lpt_group_asked) : 1;
+      const int group = kLpt ? fa3::lpt_head_group(s, 2, fa3::lpt_group_requested()) : 1;
       kernel<<<grid, 128 * (kWG + 1), bytes>>>(m.Q, m.K, m.V, mapO, p, s.heads(), next_tile, group);
       CUDA_CHECK_LAUNCH();
     };

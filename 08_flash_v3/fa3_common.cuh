@@ -474,7 +474,8 @@ unsigned persistent_grid(const Shape& s, const char* variant, int Br = kBr);
 // The LPT order's heads a group (lpt_tile): as many as keep their K and V, `value_bytes` a value,
 // within 16 MB of L2 (1 to heads), or `requested` when it is positive (at most heads).
 int lpt_head_group(const Shape& s, int value_bytes, int requested = 0);
-extern int lpt_group_asked;  // the experiment tuned_lpt's group, set by fa3_set_lpt_head_group (0: by size)
+// The experiment tuned_lpt's group as fa3_set_lpt_head_group set it (0, the default: by size).
+int lpt_group_requested();
 
 // Throws UsageError unless the GPU is a Hopper (sm_90): wgmma and setmaxnreg exist only there.
 void require_hopper(const char* variant);

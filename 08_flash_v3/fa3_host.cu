@@ -83,7 +83,8 @@ void require_hopper(const char* variant) {
 }
 
 namespace {
-int grid_cap = 0;  // fa3_set_grid_cap: 0, one block a SM
+int grid_cap = 0;         // fa3_set_grid_cap: 0, one block a SM
+int lpt_group_asked = 0;  // fa3_set_lpt_head_group: 0, by size
 }  // namespace
 
 unsigned persistent_grid(const Shape& s, const char* variant, int Br) {
@@ -93,7 +94,7 @@ unsigned persistent_grid(const Shape& s, const char* variant, int Br) {
   return unsigned(std::min(tiles, blocks));
 }
 
-int lpt_group_asked = 0;
+int lpt_group_requested() { return lpt_group_asked; }
 
 int lpt_head_group(const Shape& s, int value_bytes, int requested) {
   const long long heads = s.heads();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,13 @@ struct Run {
   std::vector<float> q_scale, k_scale, v_scale, v_mean, O, L;
 };
 
+// What a test may change between the quantisation and the attention (the CPU's quantisation and the
+// device's buffers alike), or nothing.
+using BeforeAttention = std::function<void(QuantizedInputs&, Fp8Buffers&)>;
+
 // Quantises in by `scheme` on the GPU, runs the FP8 attention on poisoned O and L, brings it all back.
-Run run(const Shape& s, Dtype t, const Inputs& in, Scheme scheme, std::uint64_t sign_seed) {
+Run run(const Shape& s, Dtype t, const Inputs& in, Scheme scheme, std::uint64_t sign_seed,
+        const BeforeAttention& before_attention = {}) {
   Run r;
   r.cpu = quantize_inputs(s, in.Q, in.K, in.V, scheme, sign_seed);
   course::DeviceBuffer<std::uint16_t> Q(in.Qh), K(in.Kh), V(in.Vh), O(s.elements());
@@ -46,6 +52,7 @@ Run run(const Shape& s, Dtype t, const Inputs& in, Scheme scheme, std::uint64_t 
   q.Vt.poison();
   launch_quantize(s, t, scheme, r.cpu.signs, Q.get(), K.get(), V.get(), q.view());
   check_quantized(q.view());
+  if (before_attention) before_attention(r.cpu, q);
   launch_attention(s, t, q.view(), O.get(), L.get());
   CUDA_CHECK(cudaDeviceSynchronize());
   r.Q = q.Q.download(), r.K = q.K.download(), r.Vt = q.Vt.download();
@@ -63,8 +70,9 @@ std::size_t differing(const std::vector<std::uint8_t>& a, const std::vector<std:
   return n;
 }
 
-void check(const Shape& s, Dtype t, const Inputs& in, Scheme scheme, std::uint64_t seed) {
-  const Run r = run(s, t, in, scheme, seed);
+void check(const Shape& s, Dtype t, const Inputs& in, Scheme scheme, std::uint64_t seed,
+           const BeforeAttention& before_attention = {}) {
+  const Run r = run(s, t, in, scheme, seed, before_attention);
   // The quantisation: the CPU's bytes and scales, exactly (the same float operations in the same order).
   CHECK(differing(r.Q, r.cpu.Q.bytes) == 0);
   CHECK(differing(r.K, r.cpu.K.bytes) == 0);
@@ -419,53 +427,37 @@ TEST_CASE("the overlap kernels take each tile's, warpgroup's and key block's own
           CAPTURE(blocks);
           CAPTURE(s.text());
           CAPTURE(seed);
+          // `in` is scaled by the hook below, after the quantisation read it and before check()
+          // builds the float64 reference from it.
           Inputs in = make_inputs(s, Dtype::fp16, seed);
-          const Scheme c = centred(schemes()[0]);
-          QuantizedInputs cpu = quantize_inputs(s, in.Q, in.K, in.V, c, seed);
-          course::DeviceBuffer<std::uint16_t> Q(in.Qh), K(in.Kh), V(in.Vh), O(s.elements());
-          course::DeviceBuffer<float> L(std::size_t(s.heads()) * s.N);
-          Fp8Buffers q(s);
-          O.poison();
-          L.poison();
-          launch_quantize(s, Dtype::fp16, c, cpu.signs, Q.get(), K.get(), V.get(), q.view());
-          std::vector<float> q_scale = q.q_scale.download(), k_scale = q.k_scale.download(),
-                             v_scale = q.v_scale.download(), v_mean = q.v_mean.download();
-          REQUIRE(q_scale == cpu.Q.scale);
-          REQUIRE(k_scale == cpu.K.scale);
-          REQUIRE(v_scale == cpu.V.scale);
-          REQUIRE(v_mean == cpu.v_mean);
           // 2^e, e = (3x + seed) mod 5 − 2: x and x + 1 never get the same factor.
           auto factor = [&](int x) { return std::ldexp(1.0f, int((3 * std::uint64_t(x) + seed) % 5) - 2); };
-          const int nb = cpu.Q.blocks();
           auto scale_rows = [&](std::vector<float>& x, int h, int r0, int r1, float f) {
             for (int r = r0; r < std::min(N, r1); ++r)
               for (int col = 0; col < s.d; ++col) x[(std::size_t(h) * N + r) * s.d + col] *= f;
           };
-          for (int h = 0; h < s.heads(); ++h) {
-            for (int b = 0; b < nb; ++b) {
-              const std::size_t hb = std::size_t(h) * nb + b;
-              const float fq = factor(h * nb + b), fk = factor(h * nb + b + 2);
-              q_scale[hb] *= fq, cpu.Q.scale[hb] *= fq, scale_rows(in.Q, h, b * kScaleRows, (b + 1) * kScaleRows, fq);
-              k_scale[hb] *= fk, cpu.K.scale[hb] *= fk, scale_rows(in.K, h, b * kScaleRows, (b + 1) * kScaleRows, fk);
+          auto rescale = [&](QuantizedInputs& cpu, Fp8Buffers& q) {
+            std::vector<float> q_scale = q.q_scale.download(), k_scale = q.k_scale.download(),
+                               v_scale = q.v_scale.download(), v_mean = q.v_mean.download();
+            const int nb = cpu.Q.blocks();
+            for (int h = 0; h < s.heads(); ++h) {
+              for (int b = 0; b < nb; ++b) {
+                const std::size_t hb = std::size_t(h) * nb + b;
+                const float fq = factor(h * nb + b), fk = factor(h * nb + b + 2);
+                q_scale[hb] *= fq, cpu.Q.scale[hb] *= fq, scale_rows(in.Q, h, b * kScaleRows, (b + 1) * kScaleRows, fq);
+                k_scale[hb] *= fk, cpu.K.scale[hb] *= fk, scale_rows(in.K, h, b * kScaleRows, (b + 1) * kScaleRows, fk);
+              }
+              const float fv = factor(h + 1);
+              for (int b = 0; b < nb; ++b) v_scale[std::size_t(h) * nb + b] *= fv, cpu.V.scale[std::size_t(h) * nb + b] *= fv;
+              for (int col = 0; col < s.d; ++col) v_mean[std::size_t(h) * s.d + col] *= fv, cpu.v_mean[std::size_t(h) * s.d + col] *= fv;
+              scale_rows(in.V, h, 0, N, fv);
             }
-            const float fv = factor(h + 1);
-            for (int b = 0; b < nb; ++b) v_scale[std::size_t(h) * nb + b] *= fv, cpu.V.scale[std::size_t(h) * nb + b] *= fv;
-            for (int col = 0; col < s.d; ++col) v_mean[std::size_t(h) * s.d + col] *= fv, cpu.v_mean[std::size_t(h) * s.d + col] *= fv;
-            scale_rows(in.V, h, 0, N, fv);
-          }
-          q.q_scale.upload(q_scale);
-          q.k_scale.upload(k_scale);
-          q.v_scale.upload(v_scale);
-          q.v_mean.upload(v_mean);
-          launch_attention(s, Dtype::fp16, q.view(), O.get(), L.get());
-          CUDA_CHECK(cudaDeviceSynchronize());
-          const Fp8Reference ref(s, Dtype::fp16, in.Q, in.K, in.V, cpu);
-          const auto Oc = ref.check_O(course::to_floats(Dtype::fp16, O.download()).data());
-          const auto Lc = ref.check_L(L.download().data());
-          INFO("O: " << Oc.summary() << " (plain FP8 " << ref.plain_error_O() << ")\n" << Oc.first_mismatches);
-          INFO("L: " << Lc.summary() << " (plain FP8 " << ref.plain_error_L() << ")\n" << Lc.first_mismatches);
-          CHECK(Oc.ok());
-          CHECK(Lc.ok());
+            q.q_scale.upload(q_scale);
+            q.k_scale.upload(k_scale);
+            q.v_scale.upload(v_scale);
+            q.v_mean.upload(v_mean);
+          };
+          check(s, Dtype::fp16, in, centred(schemes()[0]), seed, rescale);
         }
     }
   }

@@ -1,3 +1,7 @@
+# The analysis of tile_trace_mask.patch's records (also those of tile_trace_pf.txt and tile_trace_dec.txt):
+# tile_trace_ovl_analyse.py's, with the probes that patch added (10: after the diagonal's mask; 46, 45: the
+# wait before the last turn split into the next tile's numbers, the last V and the next first K).
+# Usage: python3 tile_trace_mask_analyse.py DIR (the tr_*.bin files the patched program wrote).
 import numpy as np, sys, glob
 for f in sorted(glob.glob(sys.argv[1]+'/tr_*.bin')):
     a=np.fromfile(f,dtype=np.uint64).astype(np.int64)
