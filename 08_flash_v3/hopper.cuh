@@ -299,6 +299,14 @@ __device__ inline void tma_load_3d(void* smem_dst, const CUtensorMap* map, uint6
       : "memory");
 }
 
+// The same box into L2 only (PTX ISA, "cp.async.bulk.prefetch.tensor"): no shared memory, no barrier;
+// a later tma_load_3d of it then reads L2 instead of device memory.
+__device__ inline void tma_prefetch_3d(const CUtensorMap* map, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(map), "r"(c0), "r"(c1),
+               "r"(c2)
+               : "memory");
+}
+
 // The same engine without a tensor map (PTX ISA, "cp.async.bulk"): `bytes` contiguous bytes (a
 // multiple of 16, both addresses 16-byte aligned) from global to shared memory, landing on `bar`.
 __device__ inline void bulk_load(void* smem_dst, const void* src, unsigned bytes, uint64_t* bar) {

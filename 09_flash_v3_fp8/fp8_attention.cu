@@ -114,25 +114,31 @@ struct Scales {
 // At Bc = 128 the layout is the one above.
 // kVbar (the wide rung's epilogue, wide_epi and wide_ovl): two slots of v̄ (D floats each), tile n's in
 // slot n % 2, copied in with its Q. kTileIH (wide_dec): two more slots of two ints after the tile
-// numbers, tile n's query block and head in slot n % 2.
+// numbers, tile n's query block and head in slot n % 2. kQHalves (wide_qh): Q's two 64-row halves,
+// one a consumer warpgroup, each with barriers of its own (half c's two at 2c, the others after
+// them) and its own two slots of v̄ (half c's after half 0's).
 template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false, bool kVbar = false,
-          bool kTileIH = false>
+          bool kTileIH = false, bool kQHalves = false>
 struct Smem {
   static constexpr int kVtHalf = (D + (kOnes ? 8 : 0)) * 128;  // one 128-key tile of Vᵀ (and its ones)
   static constexpr int kQ = 0, kKV = kBr * D, kSlot = Bc * D + (Bc / 128) * kVtHalf;
   static constexpr int kO = kKV + kStages * kSlot;
   static constexpr int kPt = kO + (kStageInP ? 0 : kBr * D * 2);
   static constexpr int kVb = kPt + (kP ? 2 * kBr * Bc : 0);
-  static constexpr int kBar = kVb + (kVbar ? 2 * D * 4 : 0);
-  static constexpr size_t kBytes = size_t(kBar) + 8 * (2 + 4 * kStages + 1 + (kTileIH ? 2 : 0)) + 1024;
+  static constexpr int kBar = kVb + (kVbar ? (kQHalves ? 4 : 2) * D * 4 : 0);
+  // The barriers: Q's two (kQHalves: two a half), K's and V's four a slot, the tile numbers, [the
+  // tile's block and head].
+  static constexpr int kQBars = kQHalves ? 4 : 2;
+  static constexpr size_t kBytes = size_t(kBar) + 8 * (kQBars + 4 * kStages + 1 + (kTileIH ? 2 : 0)) + 1024;
 };
 
 // Rung 6's pipeline (fa3_common.cuh's Pipeline, for one Q slot and its own staging) in bytes: the
 // same barriers, phases and protocol; Vᵀ's copy takes the key block's columns of D rows.
+// kQPrefetch (wide_pfq): the producer prefetches each tile's Q into L2 as soon as it takes the tile.
 template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false, bool kVbar = false,
-          bool kTileIH = false>
+          bool kTileIH = false, bool kQHalves = false, bool kQPrefetch = false>
 struct Pipeline {
-  using L = Smem<D, kStages, kBr, kOnes, kP, Bc, kStageInP, kVbar, kTileIH>;
+  using L = Smem<D, kStages, kBr, kOnes, kP, Bc, kStageInP, kVbar, kTileIH, kQHalves>;
   uint8_t* smem;
   __device__ uint8_t* Q() const { return smem + L::kQ; }
   __device__ uint8_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
@@ -140,20 +146,24 @@ struct Pipeline {
   __device__ uint16_t* O() const { return reinterpret_cast<uint16_t*>(smem + L::kO); }
   // Consumer warpgroup c's P̃ tile for key blocks of parity `it & 1` (64 rows × Bc bytes).
   __device__ uint8_t* P(int c, int it) const { return smem + L::kPt + (2 * c + (it & 1)) * 64 * Bc; }
-  __device__ const float* vbar(int n) const { return reinterpret_cast<const float*>(smem + L::kVb) + (n & 1) * D; }
+  // Tile n's v̄ (kQHalves: warpgroup c's copy, which comes with its half of Q).
+  __device__ const float* vbar(int n, int c = 0) const {
+    return reinterpret_cast<const float*>(smem + L::kVb) + ((n & 1) + 2 * c) * D;
+  }
   __device__ uint64_t* bar(int k) const { return reinterpret_cast<uint64_t*>(smem + L::kBar) + k; }
-  __device__ uint64_t* q_full() const { return bar(0); }
-  __device__ uint64_t* q_empty() const { return bar(1); }
-  __device__ uint64_t* k_full(int it) const { return bar(2 + it % kStages); }
-  __device__ uint64_t* v_full(int it) const { return bar(2 + kStages + it % kStages); }
-  __device__ uint64_t* k_empty(int it) const { return bar(2 + 2 * kStages + it % kStages); }
-  __device__ uint64_t* v_empty(int it) const { return bar(2 + 3 * kStages + it % kStages); }
+  // Q's barriers (kQHalves: half c's, the rows of consumer warpgroup c).
+  __device__ uint64_t* q_full(int c = 0) const { return bar(2 * c); }
+  __device__ uint64_t* q_empty(int c = 0) const { return bar(2 * c + 1); }
+  __device__ uint64_t* k_full(int it) const { return bar(L::kQBars + it % kStages); }
+  __device__ uint64_t* v_full(int it) const { return bar(L::kQBars + kStages + it % kStages); }
+  __device__ uint64_t* k_empty(int it) const { return bar(L::kQBars + 2 * kStages + it % kStages); }
+  __device__ uint64_t* v_empty(int it) const { return bar(L::kQBars + 3 * kStages + it % kStages); }
   __device__ static int phase(int it) { return (it / kStages) & 1; }
   __device__ volatile int* tile_slot(int n) const {
-    return reinterpret_cast<volatile int*>(bar(2 + 4 * kStages)) + (n & 1);
+    return reinterpret_cast<volatile int*>(bar(L::kQBars + 4 * kStages)) + (n & 1);
   }
   __device__ volatile int* tile_ih(int n) const {  // kTileIH: tile n's query block and head
-    return reinterpret_cast<volatile int*>(bar(2 + 4 * kStages + 1)) + 2 * (n & 1);
+    return reinterpret_cast<volatile int*>(bar(L::kQBars + 4 * kStages + 1)) + 2 * (n & 1);
   }
   // The rows of ones after each slot's Vᵀ (e4m3 1.0 is 0x38), written once: the copies never touch
   // them. Every thread writes its share and makes it visible to the tensor cores (the async proxy);
@@ -168,8 +178,10 @@ struct Pipeline {
     }
   }
   __device__ void init(int consumer_warps) const {
-    hopper::mbarrier_init(q_full(), 1);
-    hopper::mbarrier_init(q_empty(), 32 * consumer_warps);  // every consumer thread (as rung 6)
+    for (int c = 0; c < (kQHalves ? 2 : 1); ++c) {
+      hopper::mbarrier_init(q_full(c), 1);
+      hopper::mbarrier_init(q_empty(c), 32 * consumer_warps / (kQHalves ? 2 : 1));  // every consumer thread (as rung 6)
+    }
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(k_full(s), 1);
       hopper::mbarrier_init(v_full(s), 1);
@@ -184,9 +196,18 @@ struct Pipeline {
   // this tile's Q slot was released). k_loaded: the first block's K was copied already (early_k).
   __device__ int produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapVt, int row0, int h,
                          int blocks, int it, const float* v_mean, int n, bool k_loaded = false) const {
-    hopper::mbarrier_arrive_expect_tx(q_full(), kBr * D + (kVbar ? D * 4 : 0));
-    hopper::tma_load_3d(Q(), mapQ, q_full(), 0, row0, h);
-    if constexpr (kVbar) hopper::bulk_load(const_cast<float*>(vbar(n)), v_mean + size_t(h) * D, D * 4, q_full());
+    if constexpr (kQHalves) {  // half 0 once its warpgroup gave it back (the caller waited), then half 1
+      for (int c = 0; c < 2; ++c) {
+        if (c == 1) hopper::mbarrier_wait(q_empty(1), (n & 1) ^ 1);
+        hopper::mbarrier_arrive_expect_tx(q_full(c), kBr / 2 * D + D * 4);
+        hopper::tma_load_3d(Q() + c * kBr / 2 * D, mapQ, q_full(c), 0, row0 + c * kBr / 2, h);
+        hopper::bulk_load(const_cast<float*>(vbar(n, c)), v_mean + size_t(h) * D, D * 4, q_full(c));
+      }
+    } else {
+      hopper::mbarrier_arrive_expect_tx(q_full(), kBr * D + (kVbar ? D * 4 : 0));
+      hopper::tma_load_3d(Q(), mapQ, q_full(), 0, row0, h);
+      if constexpr (kVbar) hopper::bulk_load(const_cast<float*>(vbar(n)), v_mean + size_t(h) * D, D * 4, q_full());
+    }
     for (int j = blocks - 1; j >= 0; --j, ++it) {
       if (!k_loaded || j != blocks - 1) load_k(mapK, j, h, it);
       hopper::mbarrier_wait(v_empty(it), phase(it) ^ 1);
@@ -222,11 +243,18 @@ struct Pipeline {
         hopper::mbarrier_wait(q_empty(), (n & 1) ^ 1);
         *tile_slot(n) = -1;
         hopper::mbarrier_arrive(q_full());
+        if constexpr (kQHalves) {
+          hopper::mbarrier_wait(q_empty(1), (n & 1) ^ 1);
+          hopper::mbarrier_arrive(q_full(1));
+        }
         fa3::tiles_done(next_tile);
         return;
       }
       int i, h;
       tile(t, Tr, p.causal, i, h, tiles / Tr, group);
+      // kQPrefetch: the tile's Q into L2 now, a block or more before its slot is free: the copy into
+      // shared memory then waits for L2, not for device memory.
+      if constexpr (kQPrefetch) hopper::tma_prefetch_3d(mapQ, 0, query_row0(N64, kBr, p.causal, true, i), h);
       // early_k (wide_ovl): the tile's first K block before the wait for Q's slot, which the
       // consumers release only after the last tile's last S (the trace: 0.4 µs waiting for that K).
       if (early_k) load_k(mapK, key_blocks(N64, kBr, Bc, p.causal, i, true) - 1, h, it);
@@ -237,10 +265,10 @@ struct Pipeline {
                    key_blocks(N64, kBr, Bc, p.causal, i, true), it, v_mean, n, early_k);
     }
   }
-  __device__ void wait_q(int n) const { hopper::mbarrier_wait(q_full(), n & 1); }
+  __device__ void wait_q(int n, int c = 0) const { hopper::mbarrier_wait(q_full(c), n & 1); }
   __device__ void wait_k(int it) const { hopper::mbarrier_wait(k_full(it), phase(it)); }
   __device__ void wait_v(int it) const { hopper::mbarrier_wait(v_full(it), phase(it)); }
-  __device__ void release_q() const { hopper::mbarrier_arrive(q_empty()); }
+  __device__ void release_q(int c = 0) const { hopper::mbarrier_arrive(q_empty(c)); }
   __device__ void release_k(int it) const {
     if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(k_empty(it));
   }
@@ -763,6 +791,67 @@ __device__ void softmax_p_wide(float (&S)[NT][4], uint32_t (&P)[NT / 4][4], floa
   pack_p<NT * 8>(S, P);
   store_p<NT * 8>(P, Ps(), warp_in_wg);
 }
+// The causal diagonal's block, a tile's first (wide_diag): softmax_p_wide's first step (the row max, m
+// with kHeadroom, P̃ stored) for a warp whose rows, dw to dw + 15 counted from the block's first key,
+// see only the keys up to dw + 15. A 32-key step past them (s ≥ live) holds only masked scores: no
+// mask, no max, no exponentials there, its P̃ stored as zeros. A step that reaches past the first row
+// (32s + 31 > dw) gets mask_causal's compares; the steps before it none. On every score it keeps,
+// the same instructions as softmax_scores_wide and pack_p, so P̃ and m come out bit for bit the same.
+template <int NT, class Address>
+__device__ void softmax_p_diag(float (&S)[NT][4], float (&m)[2], float (&alpha)[2], float c0, float c1,
+                               const Address& Ps, int warp_in_wg, int dw) {
+  constexpr int kSteps = NT / 4;
+  const int lane = tc::lane_id(), dl = dw + lane / 4 - 2 * (lane % 4);  // mask_causal's d
+  const int live = dw + 15 < 0 ? 0 : min(kSteps, (dw + 15) / 32 + 1);
+  float v[2][2][2];  // the row max: [row g, g + 8][the block's half: c0, c1][column parity]
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int x = 0; x < 2; ++x) v[h][x][0] = v[h][x][1] = -INFINITY;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    if (s >= live) continue;
+    const bool edge = 32 * s + 31 > dw;
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = 4 * s + q;
+        if (edge && 8 * n + e % 2 - 8 * (e / 2) > dl) S[n][e] = -INFINITY;
+        float& a = v[e / 2][s / (kSteps / 2)][e % 2];
+        a = fmaxf(a, S[n][e]);
+      }
+  }
+  float base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // softmax_scores_wide's, kOptimistic
+    const float block_max = fmaxf(fmaxf(v[h][0][0], v[h][0][1]) * c0, fmaxf(v[h][1][0], v[h][1][1]) * c1);
+    const float m_new = fmaxf(m[h], tc::quad_max(block_max) + kHeadroom);
+    const float shift = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[h] = ptx::exp2_approx(m[h] - shift);
+    m[h] = m_new;
+    base[h] = shift - 8.0f;
+  }
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    uint32_t w[4] = {0u, 0u, 0u, 0u};
+    if (s < live) {
+      const float c = s < kSteps / 2 ? c0 : c1;
+      float e[4][4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) e[q][x] = ptx::exp2_approx(fmaf(S[4 * s + q][x], c, -base[x / 2]));
+      w[0] = hopper::pack_e4m3(e[0][0], e[0][1], e[1][0], e[1][1]);
+      w[1] = hopper::pack_e4m3(e[0][2], e[0][3], e[1][2], e[1][3]);
+      w[2] = hopper::pack_e4m3(e[2][0], e[2][1], e[3][0], e[3][1]);
+      w[3] = hopper::pack_e4m3(e[2][2], e[2][3], e[3][2], e[3][3]);
+    }
+    hopper::stmatrix_x4(p_step_address(Ps(), s, warp_in_wg), w);
+  }
+  hopper::fence_proxy_async();
+}
+
 // o = o·alpha (and l) before the P̃·V that adds the block whose softmax set alpha (lazy: skipped while
 // alpha is 1); then the fence: o was written, the wgmma that adds into it comes after.
 template <int J>
@@ -1010,13 +1099,46 @@ __device__ void mask_causal(float (&S)[NT][4], int row0, int col0) {
 // (H100, against _wide_mask in the same processes): 1.014 at causal N = 4096 (1.011-1.018 in four
 // processes), 1.001 at N = 4096, 0.995 and 1.003 at 16384 (within the power cap's spread); the
 // trace's segment 0.60 -> 0.41 µs causal, so the decoding was a third of it.
-template <class T, bool kDiagonalMask = false, bool kDecoded = false>
+// kQHalves (fp8_*_wide_qh, an experiment on _wide_dec): Q in two halves of 64 rows, warpgroup c's
+// rows in half c, each half with its own barriers (given back by its warpgroup's 128 threads alone)
+// and its own copy of v̄. With one Q, the producer copied the next tile's Q only once both
+// warpgroups had given it back, and the second gives it back half a block after the first: the
+// trace found the first warpgroup waiting 0.44 µs a causal tile for that Q before its last turn.
+// Now the first half is copied as soon as the first warpgroup is done with it, a softmax (1.5-1.9
+// µs) before it is needed. The tile number and v̄ are published with each half, so each warpgroup
+// waits for its own only. What it should buy: that wait, +1-2 % at causal N = 4096 if it was on the
+// tensor cores' path, +0.5-1.5 % at N = 4096, under 0.5 % at 16384. Measured (H100, against
+// _wide_dec in the same processes): 1.012-1.021 at causal N = 4096 (eight processes, two runs),
+// 1.009-1.015 at N = 4096, 1.010 at causal 16384. A trace still finds the first warpgroup waiting 0.4 µs for Q:
+// the copy now starts earlier but comes from device memory (kQPrefetch).
+// kDiagSkip (fp8_*_wide_diag, an experiment on _wide_qh): the causal diagonal's block (a tile's first,
+// where it ends before N) by softmax_p_diag: a warp skips the mask, the max and the exponentials of
+// the 32-key steps past its rows (56 % of the block's exponentials are left, on average over the
+// warps), and masks only the steps that reach past its first row. What it should buy: most of the
+// mask's 0.4-0.5 µs and about half of the first softmax, 0.5-1 µs of a causal tile: +2-4 % at
+// causal N = 4096. Measured (H100, against _wide_qh, two runs): 1.009-1.014 at causal N = 4096,
+// 1.005-1.013 at causal 16384, 0.989-0.994 at N = 4096. The trace: the mask 0.40 -> 0.06 µs and the first softmax
+// 1.51 -> 1.17 µs (first warpgroup), but the loop's steady block 1.874 -> 1.902 µs: with the second
+// first-block path ptxas no longer keeps the thread index in a register and reads it again (S2R,
+// four a block) in the loop. A version that chose the exponentials by a select (s < live ? ex2 :
+// 0) ran every exponential and lost 2 % (0.979).
+// kQPrefetch (fp8_*_wide_pfq, an experiment on _wide_diag): the producer prefetches each tile's Q
+// into L2 (cp.async.bulk.prefetch.tensor) when it takes the tile, a block or more before Q's slot is
+// free; the consumers' SASS is _wide_diag's. What it should buy: the first warpgroup's 0.4-0.47 µs
+// wait for Q, +1-2 % at causal N = 4096, +1 % at N = 4096. Measured (H100, against _wide_diag):
+// 1.007-1.019 at causal N = 4096, 1.003-1.011 at N = 4096, 0.991-1.003 at causal 16384. Stage 08's
+// faster kernel over it, same processes: 1.468-1.486 at causal N = 4096, still short of 1.5.
+template <class T, bool kDiagonalMask = false, bool kDecoded = false, bool kQHalves = false, bool kDiagSkip = false,
+          bool kQPrefetch = false>
 __global__ void __launch_bounds__(128 * 3, 1)
     flash_v3_fp8_wide_overlap(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                               const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO,
                               tc::Params p, Scales sc, int heads, int* next_tile, int group) {
   constexpr int D = 128, kWG = 2, kStages = 2, Bc = kBcWide, NT = Bc / 8, DT = D / 8, kBr = 64 * kWG, NV = D + 8;
-  using Pipe = Pipeline<D, kStages, kBr, true, true, Bc, true, true, kDecoded>;
+  using Pipe = Pipeline<D, kStages, kBr, true, true, Bc, true, true, kDecoded, kQHalves, kQPrefetch>;
+  static_assert(!kQHalves || kDecoded, "Q by halves (wide_qh) builds on wide_dec");
+  static_assert(!kDiagSkip || kQHalves, "the diagonal's dead steps skipped (wide_diag) build on wide_qh");
+  static_assert(!kQPrefetch || kDiagSkip, "Q prefetched into L2 (wide_pfq) builds on wide_diag");
   extern __shared__ uint8_t smem_raw[];
   const Pipe pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
@@ -1033,6 +1155,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
   } else {  // ---- the consumers ----
     hopper::setmaxnreg_inc<fa3::consumer_registers<kWG, producer_registers<kWG>()>()>();
     const int cwg = wg - 1, cwarp = warp - 4;
+    const int qc = kQHalves ? cwg : 0;  // the warpgroup's Q barriers and v̄ (kQHalves: its own half's)
     auto wait_turn = [&] { hopper::named_barrier_sync(kSched + cwg, 256); };
     auto pass_turn = [&] { hopper::named_barrier_arrive(kSched + (cwg + 1) % kWG, 256); };
     if (cwg == kWG - 1) pass_turn();
@@ -1099,7 +1222,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
 
     // The first tile's first S, alone.
     int it = 0;
-    pipe.wait_q(0);
+    pipe.wait_q(0, qc);
     int t = __shfl_sync(0xffffffffu, *pipe.tile_slot(0), 0);
     if (t >= 0) {
       cur = tile_of(t, 0);
@@ -1121,13 +1244,20 @@ __global__ void __launch_bounds__(128 * 3, 1)
       hopper::wgmma_wait<0>();
       hopper::fence_registers(S[0]);
       pipe.release_k(it + b0);
-      if (b0 == blocks - 1) pipe.release_q();
-      mask(b0);
+      if (b0 == blocks - 1) pipe.release_q(qc);
+      // kDiagSkip: the causal diagonal's block (it ends before N) by softmax_p_diag, its mask included.
+      const int j_first = blocks - 1 - b0;
+      const bool diagonal = kDiagSkip && p.causal && (j_first + 1) * Bc <= p.N;
+      if (!diagonal) mask(b0);
       // The last tile's O, staged in a P̃ tile: read by the copy engine before the next turn lets
       // any warp write that tile again.
       if (threadIdx.x % 32 == 0) hopper::bulk_wait_read<0>();
       __syncwarp();
-      softmax_p(b0, it + b0, cur.k0, cur.k1);
+      if (diagonal)
+        softmax_p_diag<NT>(S[0], m, alpha, cur.cq * cur.k0, cur.cq * cur.k1, [&] { return at(pipe.P(cwg, it + b0)); },
+                           cwarp % 4, cur.warp_row0 - j_first * Bc);
+      else
+        softmax_p(b0, it + b0, cur.k0, cur.k1);
       float k0 = k_scale(b0 + 1, 0), k1 = k_scale(b0 + 1, 1);  // the next block's, a block ahead
       for (int b = b0 + 1; b < blocks; ++b) {  // the rung's step
         const int k = it + b;
@@ -1144,7 +1274,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
         hopper::wgmma_wait<1>();
         hopper::fence_registers(S[0]);
         pipe.release_k(k);
-        if (b == blocks - 1) pipe.release_q();
+        if (b == blocks - 1) pipe.release_q(qc);
         mask(b);
         softmax_p(b, k, k0, k1);
         k0 = k_scale(b + 1, 0), k1 = k_scale(b + 1, 1);
@@ -1155,7 +1285,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
       }
       // The tile's last P̃·V and the next tile's first S, one turn (after the last tile: a dropped S).
       const int k = it + blocks - 1;
-      pipe.wait_q(n + 1);
+      pipe.wait_q(n + 1, qc);
       const int t_next = __shfl_sync(0xffffffffu, *pipe.tile_slot(n + 1), 0);
       const bool more = t_next >= 0;
       const Tile next = tile_of(more ? t_next : t, more ? n + 1 : n);
@@ -1176,7 +1306,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
       pipe.release_v(k);
       // Tile n's epilogue under that S, staged in the P̃ tile the next first block (kS) does not write.
       uint16_t* const stage = reinterpret_cast<uint16_t*>(pipe.P(cwg, kS + 1)) + 16 * (cwarp % 4) * D;
-      write_output_wide<T, D>(o[0], m, l, stage, pipe.vbar(n), &mapO, p, cur.h, cur.warp_row0, cur.sv);
+      write_output_wide<T, D>(o[0], m, l, stage, pipe.vbar(n, qc), &mapO, p, cur.h, cur.warp_row0, cur.sv);
       it = k + 1;
       t = t_next;
       cur = next;
@@ -1235,7 +1365,10 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const CUtensorMapSwizzle qk_swizzle = s.d == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const int Br = acc_tc_warpgroups != 0 ? 64 * acc_tc_warpgroups : attention_tiles(s).Br;
-  const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, Br, qk_swizzle});
+  const bool q_halves =  // wide_qh and the experiments on it: Q by halves, a warpgroup's rows
+      wide == Wide::overlap_qhalves || wide == Wide::overlap_diagonal || wide == Wide::overlap_q_prefetch;
+  const int q_box = q_halves ? 64 : Br;
+  const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, q_box, qk_swizzle});
   const bool wide_blocks = wide != Wide::off;
   const bool poly_ok = poly_every == 0 || wide == Wide::optimistic;  // the polynomial: _wide_opt only
   course::require(!wide_blocks || (s.d == 128 && acc_tc_warpgroups == 0 && poly_ok && row_sum_by_mma &&
@@ -1270,9 +1403,13 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   // The wide rung: key blocks of 256, O and l on the tensor cores, the lazy rescale (d = 128).
   auto run_wide = [&](auto type) {
     using T = decltype(type);
-    const bool overlap_kernel = wide == Wide::overlap || wide == Wide::overlap_mask || wide == Wide::overlap_decoded;
+    const bool overlap_kernel =
+        wide == Wide::overlap || wide == Wide::overlap_mask || wide == Wide::overlap_decoded || q_halves;
     const bool vbar = wide == Wide::vbar_smem || overlap_kernel;
-    const size_t bytes = wide == Wide::overlap_decoded ? Smem<128, 2, 128, true, true, kBcWide, true, true, true>::kBytes
+    // Smem's flags after Bc: O staged in P̃, v̄'s slots, the tiles' numbers, Q's halves.
+    constexpr bool on = true;
+    const size_t bytes = q_halves                        ? Smem<128, 2, 128, on, on, kBcWide, on, on, on, on>::kBytes
+                         : wide == Wide::overlap_decoded ? Smem<128, 2, 128, on, on, kBcWide, on, on, on>::kBytes
                          : vbar ? Smem<128, 2, 128, true, true, kBcWide, true, true>::kBytes
                                 : Smem<128, 2, 128, true, true, kBcWide, true>::kBytes;
     const auto kernel = wide == Wide::rung        ? flash_v3_fp8_wide<T, false>
@@ -1284,7 +1421,10 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     course::require(Br == 128, "fp8: attention_tiles and the wide kernel's warpgroups disagree");
     course::require_shared_memory(bytes, "fp8 (key blocks of 256) at d = 128");
     if (overlap_kernel) {  // causal: heads in groups whose K and V (1 byte a value) take at most 16 MB
-      const auto overlap = wide == Wide::overlap_decoded ? flash_v3_fp8_wide_overlap<T, true, true>
+      const auto overlap = wide == Wide::overlap_q_prefetch ? flash_v3_fp8_wide_overlap<T, true, true, true, true, true>
+                           : wide == Wide::overlap_diagonal ? flash_v3_fp8_wide_overlap<T, true, true, true, true>
+                           : wide == Wide::overlap_qhalves ? flash_v3_fp8_wide_overlap<T, true, true, true>
+                           : wide == Wide::overlap_decoded ? flash_v3_fp8_wide_overlap<T, true, true>
                            : wide == Wide::overlap_mask  ? flash_v3_fp8_wide_overlap<T, true>
                                                          : flash_v3_fp8_wide_overlap<T>;
       const int group = fa3::lpt_head_group(s, 1, head_group);

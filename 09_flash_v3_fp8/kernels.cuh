@@ -73,8 +73,14 @@ void set_o_on_tensor_cores(int warpgroups, bool lazy = false);
 //   overlap (fp8_*_wide_ovl): a tile's last P̃·V and epilogue under the next tile's first S;
 //   overlap_mask (fp8_*_wide_mask): that with the causal diagonal's mask not checking N where the
 //     block ends before it;
-//   overlap_decoded (fp8_*_wide_dec): that with each tile's head and query block from the producer.
-enum class Wide { off, rung, optimistic, turns, vbar_smem, overlap, overlap_mask, overlap_decoded };
+//   overlap_decoded (fp8_*_wide_dec): that with each tile's head and query block from the producer;
+//   overlap_qhalves (fp8_*_wide_qh): that with Q in two halves, each given back by its own warpgroup;
+//   overlap_diagonal (fp8_*_wide_diag): that with the causal diagonal's 32-key steps past a warp's
+//     rows left out of its softmax (no mask, max or exponentials there; P̃ zero);
+//   overlap_q_prefetch (fp8_*_wide_pfq): that with each tile's Q prefetched into L2 when the producer
+//     takes the tile.
+enum class Wide { off, rung, optimistic, turns, vbar_smem, overlap, overlap_mask, overlap_decoded, overlap_qhalves,
+                  overlap_diagonal, overlap_q_prefetch };
 void set_wide_key_blocks(Wide kernel, Granularity v_scales = Granularity::tensor);
 // fp8_*_wide_ovl, causal: its tiles in groups of `heads` heads, a group's heaviest first across its
 // heads (FlashAttention-3's LPT order). 0 (the default): the largest group whose K and V take at

@@ -233,12 +233,16 @@ int main(int argc, char** argv) {
     // (the row max only when P̃ overflowed e4m3; --exp2-poly-every applies to it too);
     // fp8_<scheme>_wide_turns, that with the two warpgroups' softmaxes taking turns; fp8_<scheme>_wide_epi,
     // _wide_opt with v̄ read from shared memory by the epilogue; fp8_<scheme>_wide_ovl, that with a
-    // tile's end under the next tile's first S; and fp8_<scheme>_wide_mask, that with the causal
-    // diagonal's mask not checking N.
+    // tile's end under the next tile's first S; fp8_<scheme>_wide_mask, that with the causal
+    // diagonal's mask not checking N; fp8_<scheme>_wide_dec, that with each tile's head and query block
+    // from the producer; fp8_<scheme>_wide_qh, that with Q in two halves, one a warpgroup;
+    // fp8_<scheme>_wide_diag, that with the causal diagonal's steps past a warp's rows skipped; and
+    // fp8_<scheme>_wide_pfq, that with each tile's Q prefetched into L2.
     std::vector<std::string> known = variants;
     known.push_back(std::string("08_") + kStage08LptRung);  // stage 08's experiment: causal tiles in the LPT order
     const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns",
-                                     "_wide_epi", "_wide_ovl", "_wide_mask", "_wide_dec"};
+                                     "_wide_epi", "_wide_ovl", "_wide_mask", "_wide_dec", "_wide_qh", "_wide_diag",
+                                     "_wide_pfq"};
     for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
       known.push_back("quant_" + centred(s).name());
@@ -303,6 +307,9 @@ int main(int argc, char** argv) {
                                         : ends("_wide_ovl")   ? fp8::Wide::overlap
                                         : ends("_wide_mask")  ? fp8::Wide::overlap_mask
                                         : ends("_wide_dec")   ? fp8::Wide::overlap_decoded
+                                        : ends("_wide_qh")    ? fp8::Wide::overlap_qhalves
+                                        : ends("_wide_diag")  ? fp8::Wide::overlap_diagonal
+                                        : ends("_wide_pfq")   ? fp8::Wide::overlap_q_prefetch
                                                               : fp8::Wide::off;
           const bool wide = wide_kernel != fp8::Wide::off, wide_opt = wide_kernel == fp8::Wide::optimistic;
           size_t suffix = 0;
@@ -312,8 +319,10 @@ int main(int argc, char** argv) {
           if (acc_wg != 0) fp8_tiles.Br = 64 * acc_wg;
           if (wide) fp8_tiles.Bc = 256;
           std::string row_name = fp8_row && poly_every > 0 ? name + "_poly" + std::to_string(poly_every) : name;
-          const bool overlap = wide_kernel == fp8::Wide::overlap || wide_kernel == fp8::Wide::overlap_mask ||
-                               wide_kernel == fp8::Wide::overlap_decoded;
+          using W = fp8::Wide;
+          const bool overlap = wide_kernel == W::overlap || wide_kernel == W::overlap_mask ||
+                               wide_kernel == W::overlap_decoded || wide_kernel == W::overlap_qhalves ||
+                               wide_kernel == W::overlap_diagonal || wide_kernel == W::overlap_q_prefetch;
           const bool lpt08 = name == std::string("08_") + kStage08LptRung;
           if ((overlap || lpt08) && head_group > 0) row_name += "_hg" + std::to_string(head_group);
           course::Row row = bench.row(row_name,
@@ -468,6 +477,15 @@ int main(int argc, char** argv) {
         {{"_wide_dec"},
          "fp8_*_wide_dec: the experiment _wide_mask with each tile's head and query block decoded by the "
          "producer and passed on in shared memory"},
+        {{"_wide_qh"},
+         "fp8_*_wide_qh: the experiment _wide_dec with Q in two halves of 64 rows, each given back by its own "
+         "consumer warpgroup and copied again as soon as it is"},
+        {{"_wide_diag"},
+         "fp8_*_wide_diag: the experiment _wide_qh with the causal diagonal's 32-key steps past a warp's rows "
+         "left out of its softmax (no mask, max or exponentials; P~ zero there)"},
+        {{"_wide_pfq"},
+         "fp8_*_wide_pfq: the experiment _wide_diag with each tile's Q prefetched into L2 when the producer "
+         "takes the tile"},
         {{"_psmem"},
          "fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
          "only)"},

@@ -334,10 +334,12 @@ TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _turns, _epi,
 // The wide kernels with 1 or 3 blocks: each block takes many tiles one after another, so every
 // hand-over between tiles is exercised (the ring's phases, Q's slot, v̄'s two slots, O's staging in a
 // P̃ tile, and _wide_ovl's next S issued under the last P̃·V, with a key block skipped before it where
-// N64 is not a multiple of 128: N = 300, 700).
+// N64 is not a multiple of 128: N = 300, 700; _wide_qh's and _wide_diag's two halves of Q, each with
+// its own phases, and the producer's slots of each tile's numbers).
 TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one after another") {
   const bool sanitizer = softmax::testing::under_sanitizer();
-  for (fp8::Wide kernel : {fp8::Wide::optimistic, fp8::Wide::vbar_smem, fp8::Wide::overlap}) {
+  for (fp8::Wide kernel : {fp8::Wide::optimistic, fp8::Wide::vbar_smem, fp8::Wide::overlap, fp8::Wide::overlap_qhalves,
+                           fp8::Wide::overlap_diagonal, fp8::Wide::overlap_q_prefetch}) {
     const WideBlocks wide(kernel);
     const int experiment = int(kernel);
     CAPTURE(experiment);
@@ -357,50 +359,61 @@ TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one af
     }
   }
   // _wide_ovl's causal tile order in groups of heads (set_head_group): 6 heads in groups of 4 (the
-  // last one of 2) and of 1 (a head at a time), with 1 and 3 blocks.
+  // last one of 2) and of 1 (a head at a time), with 1 and 3 blocks; and _wide_diag's (Q by halves,
+  // each tile's numbers from the producer).
   struct HeadGroup {
     explicit HeadGroup(int heads) { fp8::set_head_group(heads); }
     ~HeadGroup() { fp8::set_head_group(0); }
   };
-  const WideBlocks wide(fp8::Wide::overlap);
-  for (int group : {4, 1})
-    for (int blocks : {1, 3}) {
-      const HeadGroup g(group);
-      const Cap cap(blocks);
-      const Shape s{2, 3, sanitizer ? 300 : 700, 128, true};
-      const std::uint64_t seed = course::fresh_seed();
-      CAPTURE(group);
-      CAPTURE(blocks);
-      CAPTURE(seed);
-      check(s, Dtype::bf16, to_inputs(normal_inputs(s, Dtype::bf16, seed), Dtype::bf16, seed), centred(schemes()[0]), seed);
-    }
+  for (fp8::Wide kernel : {fp8::Wide::overlap, fp8::Wide::overlap_diagonal}) {
+    const WideBlocks wide(kernel);
+    for (int group : {4, 1})
+      for (int blocks : {1, 3}) {
+        const HeadGroup g(group);
+        const Cap cap(blocks);
+        const Shape s{2, 3, sanitizer ? 300 : 700, 128, true};
+        const std::uint64_t seed = course::fresh_seed();
+        CAPTURE(int(kernel));
+        CAPTURE(group);
+        CAPTURE(blocks);
+        CAPTURE(seed);
+        check(s, Dtype::bf16, to_inputs(normal_inputs(s, Dtype::bf16, seed), Dtype::bf16, seed), centred(schemes()[0]),
+              seed);
+      }
+  }
   CHECK_THROWS_AS(fp8::set_head_group(-1), course::UsageError);
 }
 
 // The experiment _wide_mask: _wide_ovl with the causal diagonal's mask by mask_causal where the block
 // ends before N (tc::mask_scores where it does not, and for N itself). Causal and not (where it is
 // _wide_ovl's code), N on both sides of a key block (N = 256, 257: a last block of one key), ragged N,
-// one row, large logits and rising keys; one block taking every tile, and all.
-TEST_CASE("the experiment _wide_mask (the causal diagonal's mask without N) keeps the bound") {
+// one row, large logits and rising keys; one block taking every tile, and all. The same for
+// _wide_diag, which leaves the diagonal's steps past a warp's rows out of the softmax: where the
+// diagonal block ends before N (N = 256 and 257: the one block of N = 256, the first of 257) it
+// takes the mask and the softmax of the tile's first block, and the other cases keep the old one.
+TEST_CASE("the experiments _wide_mask and _wide_diag (the causal diagonal without N) keep the bound") {
   const bool sanitizer = softmax::testing::under_sanitizer();
-  const WideBlocks wide(fp8::Wide::overlap_mask);
-  for (int blocks : {0, 1}) {
-    const Cap cap(blocks);
-    CAPTURE(blocks);
-    for (bool causal : {true, false})
-      for (int N : sanitizer ? std::vector<int>{1, 257, 300} : std::vector<int>{1, 129, 256, 257, 300, 1000, 2049}) {
-        const Shape s{1, 2, N, 128, causal};
-        const std::uint64_t seed = course::fresh_seed();
-        CAPTURE(s.text());
-        CAPTURE(seed);
-        const Scheme c = centred(schemes()[0]);
-        check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed), Dtype::fp16, seed), c, seed);
-        if (blocks == 0 && causal) {
-          check(s, Dtype::bf16, make_inputs(s, Dtype::bf16, seed), centred(schemes()[2]), seed);
-          if (N >= 300) check(s, Dtype::fp16, rising_keys(s, Dtype::fp16, seed), c, seed);
-          if (N == 1000) check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), c, seed);
+  for (fp8::Wide kernel : {fp8::Wide::overlap_mask, fp8::Wide::overlap_diagonal}) {
+    const WideBlocks wide(kernel);
+    CAPTURE(int(kernel));
+    for (int blocks : {0, 1}) {
+      const Cap cap(blocks);
+      CAPTURE(blocks);
+      for (bool causal : {true, false})
+        for (int N : sanitizer ? std::vector<int>{1, 257, 300} : std::vector<int>{1, 129, 256, 257, 300, 1000, 2049}) {
+          const Shape s{1, 2, N, 128, causal};
+          const std::uint64_t seed = course::fresh_seed();
+          CAPTURE(s.text());
+          CAPTURE(seed);
+          const Scheme c = centred(schemes()[0]);
+          check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed), Dtype::fp16, seed), c, seed);
+          if (blocks == 0 && causal) {
+            check(s, Dtype::bf16, make_inputs(s, Dtype::bf16, seed), centred(schemes()[2]), seed);
+            if (N >= 300) check(s, Dtype::fp16, rising_keys(s, Dtype::fp16, seed), c, seed);
+            if (N == 1000) check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), c, seed);
+          }
         }
-      }
+    }
   }
 }
 
@@ -415,7 +428,8 @@ TEST_CASE("the experiment _wide_mask (the causal diagonal's mask without N) keep
 // the one before it; one block taking every tile checks the descales loaded a tile ahead.
 TEST_CASE("the overlap kernels take each tile's, warpgroup's and key block's own descales") {
   const bool sanitizer = softmax::testing::under_sanitizer();
-  for (fp8::Wide kernel : {fp8::Wide::overlap, fp8::Wide::overlap_mask, fp8::Wide::overlap_decoded}) {
+  for (fp8::Wide kernel : {fp8::Wide::overlap, fp8::Wide::overlap_mask, fp8::Wide::overlap_decoded,
+                           fp8::Wide::overlap_qhalves, fp8::Wide::overlap_diagonal, fp8::Wide::overlap_q_prefetch}) {
     const WideBlocks wide(kernel);
     for (int blocks : {0, 1}) {
       const Cap cap(blocks);
