@@ -1109,7 +1109,7 @@ __device__ void mask_causal(float (&S)[NT][4], int row0, int col0) {
 // waits for its own only. What it should buy: that wait, +1-2 % at causal N = 4096 if it was on the
 // tensor cores' path, +0.5-1.5 % at N = 4096, under 0.5 % at 16384. Measured (H100, against
 // _wide_dec in the same processes): 1.012-1.021 at causal N = 4096 (eight processes, two runs),
-// 1.009-1.015 at N = 4096, 1.010 at causal 16384. A trace still finds the first warpgroup waiting 0.4 µs for Q:
+// 1.007-1.015 at N = 4096, 1.010 at causal 16384. A trace still finds the first warpgroup waiting 0.4 µs for Q:
 // the copy now starts earlier but comes from device memory (kQPrefetch).
 // kDiagSkip (fp8_*_wide_diag, an experiment on _wide_qh): the causal diagonal's block (a tile's first,
 // where it ends before N) by softmax_p_diag: a warp skips the mask, the max and the exponentials of
