@@ -134,7 +134,8 @@ struct Smem {
 
 // Rung 6's pipeline (fa3_common.cuh's Pipeline, for one Q slot and its own staging) in bytes: the
 // same barriers, phases and protocol; Vᵀ's copy takes the key block's columns of D rows.
-// kQPrefetch (wide_pfq): the producer prefetches each tile's Q into L2 as soon as it takes the tile.
+// kQPrefetch (wide_pfq): the producer prefetches the first half of each tile's Q (mapQ's box: the first
+// warpgroup's 64 rows) into L2 as soon as it takes the tile.
 template <int D, int kStages, int kBr, bool kOnes, bool kP, int Bc = kBc, bool kStageInP = false, bool kVbar = false,
           bool kTileIH = false, bool kQHalves = false, bool kQPrefetch = false>
 struct Pipeline {
@@ -252,8 +253,8 @@ struct Pipeline {
       }
       int i, h;
       tile(t, Tr, p.causal, i, h, tiles / Tr, group);
-      // kQPrefetch: the tile's Q into L2 now, a block or more before its slot is free: the copy into
-      // shared memory then waits for L2, not for device memory.
+      // kQPrefetch: the tile's first Q half into L2 now (the first warpgroup's rows, whose wait the trace
+      // showed), a block or more before its slot is free: that copy then waits for L2, not device memory.
       if constexpr (kQPrefetch) hopper::tma_prefetch_3d(mapQ, 0, query_row0(N64, kBr, p.causal, true, i), h);
       // early_k (wide_ovl): the tile's first K block before the wait for Q's slot, which the
       // consumers release only after the last tile's last S (the trace: 0.4 µs waiting for that K).
@@ -1109,23 +1110,25 @@ __device__ void mask_causal(float (&S)[NT][4], int row0, int col0) {
 // waits for its own only. What it should buy: that wait, +1-2 % at causal N = 4096 if it was on the
 // tensor cores' path, +0.5-1.5 % at N = 4096, under 0.5 % at 16384. Measured (H100, against
 // _wide_dec in the same processes): 1.012-1.021 at causal N = 4096 (eight processes, two runs),
-// 1.007-1.015 at N = 4096, 1.010 at causal 16384. A trace still finds the first warpgroup waiting 0.4 µs for Q:
-// the copy now starts earlier but comes from device memory (kQPrefetch).
+// 1.007-1.015 at N = 4096, 1.010 at causal 16384. A trace still finds the first warpgroup waiting
+// 0.4 µs for Q: the copy now starts earlier but comes from device memory (kQPrefetch).
 // kDiagSkip (fp8_*_wide_diag, an experiment on _wide_qh): the causal diagonal's block (a tile's first,
 // where it ends before N) by softmax_p_diag: a warp skips the mask, the max and the exponentials of
 // the 32-key steps past its rows (56 % of the block's exponentials are left, on average over the
 // warps), and masks only the steps that reach past its first row. What it should buy: most of the
 // mask's 0.4-0.5 µs and about half of the first softmax, 0.5-1 µs of a causal tile: +2-4 % at
 // causal N = 4096. Measured (H100, against _wide_qh, two runs): 1.009-1.014 at causal N = 4096,
-// 1.005-1.013 at causal 16384, 0.989-0.994 at N = 4096. The trace: the mask 0.40 -> 0.06 µs and the first softmax
-// 1.51 -> 1.17 µs (first warpgroup), but the loop's steady block 1.874 -> 1.902 µs: with the second
-// first-block path ptxas no longer keeps the thread index in a register and reads it again (S2R,
-// four a block) in the loop. A version that chose the exponentials by a select (s < live ? ex2 :
+// 1.005-1.013 at causal 16384, 0.989-0.994 at N = 4096. The trace: the mask 0.40 -> 0.06 µs and
+// the first softmax 1.51 -> 1.17 µs (first warpgroup), but the loop's steady block 1.874 -> 1.902
+// µs: with the second first-block path ptxas no longer keeps the thread index in a register and
+// reads it again (S2R, four a block) in the loop. A version that chose the exponentials by a select (s < live ? ex2 :
 // 0) ran every exponential and lost 2 % (0.979).
-// kQPrefetch (fp8_*_wide_pfq, an experiment on _wide_diag): the producer prefetches each tile's Q
-// into L2 (cp.async.bulk.prefetch.tensor) when it takes the tile, a block or more before Q's slot is
-// free; the consumers' SASS is _wide_diag's. What it should buy: the first warpgroup's 0.4-0.47 µs
-// wait for Q, +1-2 % at causal N = 4096, +1 % at N = 4096. Measured (H100, against _wide_diag):
+// kQPrefetch (fp8_*_wide_pfq, an experiment on _wide_diag): the producer prefetches the first half
+// of each tile's Q (the first warpgroup's rows: its wait is the one the trace found) into L2
+// (cp.async.bulk.prefetch.tensor) when it takes the tile, a block or more before that half's slot
+// is free; the consumers' SASS is _wide_diag's. The second half is not prefetched. What it should
+// buy: the first warpgroup's 0.4-0.47 µs wait for Q, +1-2 % at causal N = 4096, +1 % at N = 4096.
+// Measured (H100, against _wide_diag):
 // 1.007-1.019 at causal N = 4096, 1.003-1.011 at N = 4096, 0.991-1.003 at causal 16384. Stage 08's
 // faster kernel over it, same processes: 1.468-1.486 at causal N = 4096, still short of 1.5.
 template <class T, bool kDiagonalMask = false, bool kDecoded = false, bool kQHalves = false, bool kDiagSkip = false,
@@ -1410,8 +1413,8 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     constexpr bool on = true;
     const size_t bytes = q_halves                        ? Smem<128, 2, 128, on, on, kBcWide, on, on, on, on>::kBytes
                          : wide == Wide::overlap_decoded ? Smem<128, 2, 128, on, on, kBcWide, on, on, on>::kBytes
-                         : vbar ? Smem<128, 2, 128, true, true, kBcWide, true, true>::kBytes
-                                : Smem<128, 2, 128, true, true, kBcWide, true>::kBytes;
+                         : vbar                          ? Smem<128, 2, 128, on, on, kBcWide, on, on>::kBytes
+                                                         : Smem<128, 2, 128, on, on, kBcWide, on>::kBytes;
     const auto kernel = wide == Wide::rung        ? flash_v3_fp8_wide<T, false>
                         : wide == Wide::turns     ? flash_v3_fp8_wide<T, true, 0, true>
                         : wide == Wide::vbar_smem ? flash_v3_fp8_wide<T, true, 0, false, true>
@@ -1421,12 +1424,13 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     course::require(Br == 128, "fp8: attention_tiles and the wide kernel's warpgroups disagree");
     course::require_shared_memory(bytes, "fp8 (key blocks of 256) at d = 128");
     if (overlap_kernel) {  // causal: heads in groups whose K and V (1 byte a value) take at most 16 MB
-      const auto overlap = wide == Wide::overlap_q_prefetch ? flash_v3_fp8_wide_overlap<T, true, true, true, true, true>
-                           : wide == Wide::overlap_diagonal ? flash_v3_fp8_wide_overlap<T, true, true, true, true>
-                           : wide == Wide::overlap_qhalves ? flash_v3_fp8_wide_overlap<T, true, true, true>
-                           : wide == Wide::overlap_decoded ? flash_v3_fp8_wide_overlap<T, true, true>
-                           : wide == Wide::overlap_mask  ? flash_v3_fp8_wide_overlap<T, true>
-                                                         : flash_v3_fp8_wide_overlap<T>;
+      // Each experiment's flags: the diagonal's mask, decoded tiles, Q by halves, the dead steps, Q from L2.
+      const auto overlap = wide == Wide::overlap_q_prefetch ? flash_v3_fp8_wide_overlap<T, on, on, on, on, on>
+                           : wide == Wide::overlap_diagonal ? flash_v3_fp8_wide_overlap<T, on, on, on, on>
+                           : wide == Wide::overlap_qhalves  ? flash_v3_fp8_wide_overlap<T, on, on, on>
+                           : wide == Wide::overlap_decoded  ? flash_v3_fp8_wide_overlap<T, on, on>
+                           : wide == Wide::overlap_mask     ? flash_v3_fp8_wide_overlap<T, on>
+                                                            : flash_v3_fp8_wide_overlap<T>;
       const int group = fa3::lpt_head_group(s, 1, head_group);
       CUDA_CHECK(cudaFuncSetAttribute(overlap, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
       overlap<<<grid, 128 * 3, bytes>>>(mapQ, mapK, mapVt, mapO, p, sc, s.heads(), next_tile, group);

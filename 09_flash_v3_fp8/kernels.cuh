@@ -77,8 +77,8 @@ void set_o_on_tensor_cores(int warpgroups, bool lazy = false);
 //   overlap_qhalves (fp8_*_wide_qh): that with Q in two halves, each given back by its own warpgroup;
 //   overlap_diagonal (fp8_*_wide_diag): that with the causal diagonal's 32-key steps past a warp's
 //     rows left out of its softmax (no mask, max or exponentials there; P̃ zero);
-//   overlap_q_prefetch (fp8_*_wide_pfq): that with each tile's Q prefetched into L2 when the producer
-//     takes the tile.
+//   overlap_q_prefetch (fp8_*_wide_pfq): that with the first half of each tile's Q (the first
+//     warpgroup's rows) prefetched into L2 when the producer takes the tile.
 enum class Wide { off, rung, optimistic, turns, vbar_smem, overlap, overlap_mask, overlap_decoded, overlap_qhalves,
                   overlap_diagonal, overlap_q_prefetch };
 void set_wide_key_blocks(Wide kernel, Granularity v_scales = Granularity::tensor);

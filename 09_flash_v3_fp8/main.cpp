@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
     // diagonal's mask not checking N; fp8_<scheme>_wide_dec, that with each tile's head and query block
     // from the producer; fp8_<scheme>_wide_qh, that with Q in two halves, one a warpgroup;
     // fp8_<scheme>_wide_diag, that with the causal diagonal's steps past a warp's rows skipped; and
-    // fp8_<scheme>_wide_pfq, that with each tile's Q prefetched into L2.
+    // fp8_<scheme>_wide_pfq, that with each tile's first Q half prefetched into L2.
     std::vector<std::string> known = variants;
     known.push_back(std::string("08_") + kStage08LptRung);  // stage 08's experiment: causal tiles in the LPT order
     const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns",
@@ -484,8 +484,8 @@ int main(int argc, char** argv) {
          "fp8_*_wide_diag: the experiment _wide_qh with the causal diagonal's 32-key steps past a warp's rows "
          "left out of its softmax (no mask, max or exponentials; P~ zero there)"},
         {{"_wide_pfq"},
-         "fp8_*_wide_pfq: the experiment _wide_diag with each tile's Q prefetched into L2 when the producer "
-         "takes the tile"},
+         "fp8_*_wide_pfq: the experiment _wide_diag with the first half of each tile's Q (the first warpgroup's "
+         "rows) prefetched into L2 when the producer takes the tile"},
         {{"_psmem"},
          "fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
          "only)"},
