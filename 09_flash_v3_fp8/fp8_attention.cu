@@ -1131,6 +1131,26 @@ __device__ void mask_causal(float (&S)[NT][4], int row0, int col0) {
 // Measured (H100, against _wide_diag):
 // 1.007-1.019 at causal N = 4096, 1.003-1.011 at N = 4096, 0.991-1.003 at causal 16384. Stage 08's
 // faster kernel over it, same processes: 1.468-1.486 at causal N = 4096, still short of 1.5.
+// Tried on _wide_pfq and dropped (the lab record has both runs):
+// - The second half of Q prefetched too (the second warpgroup's rows, whose wait the trace found at
+//   0.17-0.19 µs a tile), predicted +0.3-1 %: 0.988-0.994 of _wide_pfq at causal N = 4096.
+// - P̃'s stmatrix addresses from one register a lane (the lane's part, row·128 + ((half ^ r) << 4),
+//   computed once; a step's address one XOR with a constant), not from the thread index at every
+//   step. _wide_diag's second first-block path had left ptxas a register short in the loop, and it
+//   read the thread index again there (S2R, four a block); with this the loop had none and two
+//   instructions fewer than _wide_qh's. Predicted +1-2 % at causal N = 4096 (the loop's 1.874 µs a
+//   block back from diag's 1.902); measured 0.993-1.000 of _wide_pfq there: the S2R's were not what
+//   made diag's loop slower (docs/results/h100/stage09/wide_lane.patch).
+// - The causal diagonal's block multiplied only as far as the warpgroup's keys: its 64 rows see the
+//   block's keys up to their last row, 64, 128, 192 or 256 of the 256 (37.5 % of that block's tensor
+//   work on average, about 0.6 µs of a causal tile's 18.7 µs at N = 4096, where the loop keeps the
+//   tensor cores busy about 90 % of its time: 17.3 MFLOP a block, 1.70 µs at the 1,346 TFLOP/s
+//   ceiling, against 1.87-1.90 µs; predicted +1.5-3 %). wgmma's N is part of the instruction, so the
+//   width is chosen at run time among instructions, and every form tried made ptxas serialise all of
+//   the kernel's wgmma's (a wait after each): S by one of four widths under an `if`, or in 64-key
+//   chunks under `if`s (C7511: S came out of the branch as the wgmma's or as it was), the four
+//   widths under guard predicates (@p wgmma, C7515), and only P̃·V's steps past the keys left out,
+//   under an `if` or a guard (C7515). Not timed.
 template <class T, bool kDiagonalMask = false, bool kDecoded = false, bool kQHalves = false, bool kDiagSkip = false,
           bool kQPrefetch = false>
 __global__ void __launch_bounds__(128 * 3, 1)
