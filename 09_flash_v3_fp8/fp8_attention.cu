@@ -255,6 +255,7 @@ struct Pipeline {
       tile(t, Tr, p.causal, i, h, tiles / Tr, group);
       // kQPrefetch: the tile's first Q half into L2 now (the first warpgroup's rows, whose wait the trace
       // showed), a block or more before its slot is free: that copy then waits for L2, not device memory.
+      // (The second half too was tried: 0.988-0.994, see the overlap kernel's notes.)
       if constexpr (kQPrefetch) hopper::tma_prefetch_3d(mapQ, 0, query_row0(N64, kBr, p.causal, true, i), h);
       // early_k (wide_ovl): the tile's first K block before the wait for Q's slot, which the
       // consumers release only after the last tile's last S (the trace: 0.4 µs waiting for that K).
@@ -1131,14 +1132,14 @@ __device__ void mask_causal(float (&S)[NT][4], int row0, int col0) {
 // Measured (H100, against _wide_diag):
 // 1.007-1.019 at causal N = 4096, 1.003-1.011 at N = 4096, 0.991-1.003 at causal 16384. Stage 08's
 // faster kernel over it, same processes: 1.468-1.486 at causal N = 4096, still short of 1.5.
-// Tried on _wide_pfq and dropped (the lab record has both runs):
+// Tried on _wide_pfq and dropped (the runs are in the lab record):
 // - The second half of Q prefetched too (the second warpgroup's rows, whose wait the trace found at
 //   0.17-0.19 µs a tile), predicted +0.3-1 %: 0.988-0.994 of _wide_pfq at causal N = 4096.
 // - P̃'s stmatrix addresses from one register a lane (the lane's part, row·128 + ((half ^ r) << 4),
-//   computed once; a step's address one XOR with a constant), not from the thread index at every
-//   step. _wide_diag's second first-block path had left ptxas a register short in the loop, and it
-//   read the thread index again there (S2R, four a block); with this the loop had none and two
-//   instructions fewer than _wide_qh's. Predicted +1-2 % at causal N = 4096 (the loop's 1.874 µs a
+//   computed once; a step's address that XOR a constant, plus the base), not from the thread index
+//   at every step. _wide_diag's second first-block path had left ptxas a register short in the
+//   loop, and it read the thread index again there (S2R, four a block); with this the loop had none
+//   and two instructions fewer than _wide_qh's. Predicted +1-2 % at causal N = 4096 (the loop's 1.874 µs a
 //   block back from diag's 1.902); measured 0.993-1.000 of _wide_pfq there: the S2R's were not what
 //   made diag's loop slower (docs/results/h100/stage09/wide_lane.patch).
 // - The causal diagonal's block multiplied only as far as the warpgroup's keys: its 64 rows see the
@@ -1150,7 +1151,9 @@ __device__ void mask_causal(float (&S)[NT][4], int row0, int col0) {
 //   the kernel's wgmma's (a wait after each): S by one of four widths under an `if`, or in 64-key
 //   chunks under `if`s (C7511: S came out of the branch as the wgmma's or as it was), the four
 //   widths under guard predicates (@p wgmma, C7515), and only P̃·V's steps past the keys left out,
-//   under an `if` or a guard (C7515). Not timed.
+//   under an `if` or a guard (C7515). Not timed. A width fixed at compile time builds with the
+//   wgmma's in flight (N = 128 at both sites of a tile's first S, S's other registers zeroed
+//   first): the consumers would have to be specialised by where a tile's rows fall.
 template <class T, bool kDiagonalMask = false, bool kDecoded = false, bool kQHalves = false, bool kDiagSkip = false,
           bool kQPrefetch = false>
 __global__ void __launch_bounds__(128 * 3, 1)
