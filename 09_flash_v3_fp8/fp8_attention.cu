@@ -1151,9 +1151,12 @@ __device__ void mask_causal(float (&S)[NT][4], int row0, int col0) {
 //   the kernel's wgmma's (a wait after each): S by one of four widths under an `if`, or in 64-key
 //   chunks under `if`s (C7511: S came out of the branch as the wgmma's or as it was), the four
 //   widths under guard predicates (@p wgmma, C7515), and only P̃·V's steps past the keys left out,
-//   under an `if` or a guard (C7515). Not timed. A width fixed at compile time builds with the
-//   wgmma's in flight (N = 128 at both sites of a tile's first S, S's other registers zeroed
-//   first): the consumers would have to be specialised by where a tile's rows fall.
+//   under an `if` or a guard (C7515). A width fixed at compile time builds with the wgmma's in
+//   flight (N = 128 at both sites of a tile's first S, S's other registers zeroed first), and a
+//   probe of that (every first S at N = 128 for both warpgroups, wrong O, timing only:
+//   docs/results/h100/stage09/narrow_probe.patch) measured 0.999-1.009 of _wide_pfq at causal
+//   N = 4096: a tile's start is not waiting for the tensor cores, so the narrowing is not worth
+//   specialising the consumers for.
 template <class T, bool kDiagonalMask = false, bool kDecoded = false, bool kQHalves = false, bool kDiagSkip = false,
           bool kQPrefetch = false>
 __global__ void __launch_bounds__(128 * 3, 1)

@@ -2446,6 +2446,14 @@ def _(D, F):
             by_process09(F, "stage09_wide_lane_pfq2", "fp8_per_tensor_wide_pfq2", N, c) for N, c in ((4096, True), (4096, False))]
 
 
+@prose(CH09, r"\(\[narrow_probe\.csv\]\(results/h100/stage09/narrow_probe\.csv\)\):\s([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+) at causal N = 4096")
+def _(D, F):
+    def m(v, p):
+        return statistics.median(float(r["ms"]) for r in F["stage09_narrow_probe"] if r["variant"] == v and r["process"] == p
+                                 and " N=4096 " in r["shape"])
+    return [m("fp8_per_tensor_wide_pfq", p) / m("probe_diagonal_s_n128", p) for p in "abcd"]
+
+
 @spec("ch09-head-group", CH09)
 def _(row, D, F):
     g = row["heads a group"]
@@ -2679,6 +2687,7 @@ def run(root):
         "stage09_wide_lane_pfq2": read_simple_csv(os.path.join(root, STAGE09, "wide_lane_pfq2.csv")),
         "stage09_wide_lane": read_simple_csv(os.path.join(root, STAGE09, "wide_lane.csv")),
         "stage09_head_group": read_simple_csv(os.path.join(root, STAGE09, "head_group.csv")),
+        "stage09_narrow_probe": read_simple_csv(os.path.join(root, STAGE09, "narrow_probe.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
