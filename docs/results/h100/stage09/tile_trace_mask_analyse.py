@@ -4,12 +4,17 @@
 # --staging (tile_trace_diag.patch's records, tile_trace_diag.txt): one probe more, 44, after the wait for the
 # last tile's O staging to have been read, before the first softmax ("staging read"); the loop's probes end at
 # block 33 there, since 44 is taken.
-# Usage: python3 tile_trace_mask_analyse.py DIR [--staging] (the tr_*.bin files the patched program wrote).
+# --epilogue (tile_trace_epi.patch's records, tile_trace_epi.txt; implies --staging): records of 52 probes, two more
+# inside write_output_wide: 48 after the wait for the staging's last read, 49 after the staging's stores and L; the
+# epilogue (9 -> 47) split into "wait" (9 -> 48: v-bar's loads issued, the wait), "stores" (48 -> 49) and "TMA" (49 -> 47).
+# Usage: python3 tile_trace_mask_analyse.py DIR [--staging | --epilogue] (the tr_*.bin files the patched program wrote).
 import numpy as np, sys, glob
-staging = "--staging" in sys.argv[2:]
+epilogue = "--epilogue" in sys.argv[2:]
+staging = "--staging" in sys.argv[2:] or epilogue
+R = 52 if epilogue else 48
 for f in sorted(glob.glob(sys.argv[1]+'/tr_*.bin')):
     a=np.fromfile(f,dtype=np.uint64).astype(np.int64)
-    ck=a[:132*4].reshape(132,4); tr=a[132*4:].reshape(132,2,32,48)
+    ck=a[:132*4].reshape(132,4); tr=a[132*4:].reshape(132,2,32,R)
     ok=(ck[:,2]>ck[:,0])
     ghz=np.median((ck[ok,3]-ck[ok,1])/(ck[ok,2]-ck[ok,0]))
     print(f"== {f}: clock {ghz:.3f} GHz")
@@ -27,7 +32,8 @@ for f in sorted(glob.glob(sys.argv[1]+'/tr_*.bin')):
                 rows.append(dict(B=B,T=T,s0=us(r[3]-r[2]),mask=us(r[10]-r[3]),bw=us(r[44]-r[10]),sm0=us(r[4]-r[sm0_from]),
                     first=us((r[11] if B>1 else r[5])-r[4]),
                     loop=us(r[5]-r[4]),q=us(r[6]-r[5]),kv=us(r[7]-r[6]),tilenext=us(r[46]-r[6]),vw=us(r[45]-r[46]),kw=us(r[7]-r[45]),turn=us(r[8]-r[7]),pv=us(r[9]-r[8]),
-                    epi=us(r[47]-r[9]),gap=us(r2[2]-r[47]),per=us(np.median(per)) if len(per) else np.nan,
+                    epi=us(r[47]-r[9]),ew=us(r[48]-r[9]) if epilogue else 0,es=us(r[49]-r[48]) if epilogue else 0,
+                    et=us(r[47]-r[49]) if epilogue else 0,gap=us(r2[2]-r[47]),per=us(np.median(per)) if len(per) else np.nan,
                     lastblk=us(r[5]-tops[-1]) if len(tops) else np.nan))
         if not rows: continue
         per=np.nanmedian([x['per'] for x in rows])
@@ -37,3 +43,5 @@ for f in sorted(glob.glob(sys.argv[1]+'/tr_*.bin')):
         bw = f" staging read {m('bw'):.3f}" if staging else ""
         kv = "" if staging else f" V+K wait {m('kv'):.3f}"
         print(f"   S0 wait {m('s0'):.3f} mask {m('mask'):.3f}{bw} softmax0 {m('sm0'):.3f} | top of block 1 {m('first'):.3f} | last block {m('lastblk'):.3f} | Q wait {m('q'):.3f}{kv} [tile_of {m('tilenext'):.3f} V {m('vw'):.3f} K {m('kw'):.3f}] turn {m('turn'):.3f} PV {m('pv'):.3f} epilogue {m('epi'):.3f} gap {m('gap'):.3f}")
+        if epilogue:
+            print(f"   epilogue: wait {m('ew'):.3f} stores {m('es'):.3f} TMA {m('et'):.3f}")
