@@ -2390,34 +2390,44 @@ def _(row, D, F):
             "producer / mask": mask[0] / desc[0]}
 
 
+def best08_over09(F, key, variant, N, causal):
+    """The faster stage 08 kernel (tuned, tuned_lpt) over `variant` in one cell of a run (medians of all its processes)."""
+    m = lambda v: by_process09(F, key, v, N, causal)  # noqa: E731
+    return min(m("08_tuned"), m("08_tuned_lpt")) / m(variant)
+
+
+def label_median09(F, key, variant, N, causal, label):
+    """The median of `variant`'s rounds in one cell, in the one process labelled `label` (a single letter)."""
+    return statistics.median(float(r["ms"]) for r in F[key] if r["variant"] == variant and r["process"] == label
+                             and f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"])
+
+
 def best08_over_mask09(F):
-    """wide_desc.csv: the faster stage 08 kernel (tuned, tuned_lpt) over _wide_mask in the four d = 128 cells."""
-    def ratio(N, c):
-        m = lambda v: by_process09(F, "stage09_wide_desc", v, N, c)  # noqa: E731
-        return min(m("08_tuned"), m("08_tuned_lpt")) / m("fp8_per_tensor_wide_mask")
-    return {(N, c): ratio(N, c) for N in (4096, 16384) for c in (False, True)}
+    """wide_desc.csv: the faster stage 08 kernel over _wide_mask in the four d = 128 cells."""
+    return {(N, c): best08_over09(F, "stage09_wide_desc", "fp8_per_tensor_wide_mask", N, c)
+            for N in (4096, 16384) for c in (False, True)}
 
 
 def best08_over_dec09(F, N, causal):
-    """wide_dec.csv: the faster stage 08 kernel (tuned, tuned_lpt) over _wide_dec in one cell."""
-    m = lambda v: by_process09(F, "stage09_wide_dec", v, N, causal)  # noqa: E731
-    return min(m("08_tuned"), m("08_tuned_lpt")) / m("fp8_per_tensor_wide_dec")
+    """wide_dec.csv: the faster stage 08 kernel over _wide_dec in one cell."""
+    return best08_over09(F, "stage09_wide_dec", "fp8_per_tensor_wide_dec", N, causal)
+
+
+# The four runs with _wide_pfq and stage 08 at causal N = 4096, each on a freshly started H100.
+PFQ_RUNS09 = ("stage09_wide_pfq", "stage09_wide_lane_pfq2", "stage09_wide_lane", "stage09_head_group")
 
 
 @prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_pfq`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs\)")
 def _(D, F):
     r = best08_over_mask09(F)
-    def best08_over_pfq(key):
-        m = lambda v: by_process09(F, key, v, 4096, True)  # noqa: E731
-        return min(m("08_tuned"), m("08_tuned_lpt")) / m("fp8_per_tensor_wide_pfq")
-    runs = [best08_over_pfq(k) for k in ("stage09_wide_pfq", "stage09_wide_lane_pfq2", "stage09_wide_lane", "stage09_head_group")]
+    runs = [best08_over09(F, k, "fp8_per_tensor_wide_pfq", 4096, True) for k in PFQ_RUNS09]
     return [r[4096, False], r[16384, False], r[16384, True], runs[0], min(runs), max(runs)]
 
 
 @prose(CH09, r"against stage 08 at its best, and ([\d.]+)× at causal\sN = 4096, where stage 08 gains more from FlashAttention-3's tile order than FP8 does \(against stage\s08 without that order, ([\d.]+)×\)")
 def _(D, F):
     m = lambda v: by_process09(F, "stage09_wide_pfq", v, 4096, True)  # noqa: E731
-    return [min(m("08_tuned"), m("08_tuned_lpt")) / m("fp8_per_tensor_wide_pfq"), m("08_tuned") / m("fp8_per_tensor_wide_pfq")]
+    return [best08_over09(F, "stage09_wide_pfq", "fp8_per_tensor_wide_pfq", 4096, True), m("08_tuned") / m("fp8_per_tensor_wide_pfq")]
 
 
 @spec("ch09-wide-lane", CH09)
@@ -2425,16 +2435,13 @@ def _(row, D, F):
     N = 4096 if "N = 4096" in row["cell"] else 16384
     c = "causal" in row["cell"]
     pfq, lane = (ms_spread09(F, "stage09_wide_lane", v, N, c) for v in ("fp8_per_tensor_wide_pfq", "fp8_per_tensor_wide_lane"))
-    m = lambda v: by_process09(F, "stage09_wide_lane", v, N, c)  # noqa: E731
     return {"`_wide_pfq`: ms (min–max)": pfq, "`_wide_lane`: ms (min–max)": lane, "lane / pfq": pfq[0] / lane[0],
-            "stage 08's faster / pfq": min(m("08_tuned"), m("08_tuned_lpt")) / pfq[0]}
+            "stage 08's faster / pfq": best08_over09(F, "stage09_wide_lane", "fp8_per_tensor_wide_pfq", N, c)}
 
 
 @prose(CH09, r"the two processes disagreed, ([\d.]+) and ([\d.]+), with rounds\sspread by (\d+)%")
 def _(D, F):
-    def m(v, p):  # one process's median (its label a single letter)
-        return statistics.median(float(r["ms"]) for r in F["stage09_wide_lane"] if r["variant"] == v and r["process"] == p
-                                 and " N=16384 " in r["shape"] and "causal=0" in r["shape"])
+    m = lambda v, p: label_median09(F, "stage09_wide_lane", v, 16384, False, p)  # noqa: E731
     r = [m("fp8_per_tensor_wide_pfq", p) / m("fp8_per_tensor_wide_lane", p) for p in ("i", "j")]
     ms = rounds_by_process09(F, "stage09_wide_lane", "fp8_per_tensor_wide_pfq", 16384, False)
     return [min(r), max(r), 100 * (max(ms) / min(ms) - 1)]
@@ -2448,9 +2455,7 @@ def _(D, F):
 
 @prose(CH09, r"\(\[narrow_probe\.csv\]\(results/h100/stage09/narrow_probe\.csv\)\):\s([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+) at causal N = 4096")
 def _(D, F):
-    def m(v, p):
-        return statistics.median(float(r["ms"]) for r in F["stage09_narrow_probe"] if r["variant"] == v and r["process"] == p
-                                 and " N=4096 " in r["shape"])
+    m = lambda v, p: label_median09(F, "stage09_narrow_probe", v, 4096, True, p)  # noqa: E731
     return [m("fp8_per_tensor_wide_pfq", p) / m("probe_diagonal_s_n128", p) for p in "abcd"]
 
 
@@ -2464,11 +2469,8 @@ def _(row, D, F):
 
 @prose(CH09, r"Stage 08's faster kernel over it was ([\d.]+), ([\d.]+),\s([\d.]+) and ([\d.]+)\. The FP8 kernel took ([\d.]+)–([\d.]+) ms in every run\. Stage 08's faster kernel took\s([\d.]+)–([\d.]+) ms: the [\d.]+ is a run where stage 08 was ([\d.]+)% slower")
 def _(D, F):
-    runs = [("stage09_wide_pfq", None), ("stage09_wide_lane_pfq2", None), ("stage09_wide_lane", None), ("stage09_head_group", None)]
-    q, b = [], []
-    for key, _ in runs:
-        m = lambda v: by_process09(F, key, v, 4096, True)  # noqa: E731
-        q.append(m("fp8_per_tensor_wide_pfq")), b.append(min(m("08_tuned"), m("08_tuned_lpt")))
+    q = [by_process09(F, k, "fp8_per_tensor_wide_pfq", 4096, True) for k in PFQ_RUNS09]
+    b = [min(by_process09(F, k, "08_tuned", 4096, True), by_process09(F, k, "08_tuned_lpt", 4096, True)) for k in PFQ_RUNS09]
     ratios = [x / y for x, y in zip(b, q)]
     others = [x for i, x in enumerate(b) if i != 2]
     return ratios + [min(q), max(q), min(b), max(b), 100 * (b[2] / statistics.median(others) - 1)]
@@ -2489,10 +2491,9 @@ def _(row, D, F):
     c = "causal" in row["cell"]
     qh, diag, pfq = (ms_spread09(F, "stage09_wide_pfq", v, N, c)
                      for v in ("fp8_per_tensor_wide_qh", "fp8_per_tensor_wide_diag", "fp8_per_tensor_wide_pfq"))
-    m = lambda v: by_process09(F, "stage09_wide_pfq", v, N, c)  # noqa: E731
     return {"`_wide_qh`: ms (min–max)": qh, "`_wide_diag`: ms (min–max)": diag, "`_wide_pfq`: ms (min–max)": pfq,
             "diag / qh": qh[0] / diag[0], "pfq / diag": diag[0] / pfq[0],
-            "stage 08's faster / pfq": min(m("08_tuned"), m("08_tuned_lpt")) / pfq[0]}
+            "stage 08's faster / pfq": best08_over09(F, "stage09_wide_pfq", "fp8_per_tensor_wide_pfq", N, c)}
 
 
 @spec("ch09-wide-pf", CH09)
