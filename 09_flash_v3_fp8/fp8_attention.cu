@@ -776,6 +776,62 @@ __device__ void write_output_wide(const float (&o)[J][4], const float (&m)[2], c
   fa3::store_staged_output<D>(stage, mapO, p, h, row0);
 }
 
+// The epilogues of wide_lg2 and wide_stsm: write_output_wide with changes where the trace timed the
+// staging's stores and L at 0.45-0.79 µs of a tile's 0.8-1.3 µs epilogue.
+// kLog2L (wide_lg2): L by lg2.approx (one MUFU.LG2, relative error about 2⁻²²) where logf is a
+// software log of about 30 dependent instructions that one lane in four runs while the warp waits,
+// twice; its store after the TMA store is issued, so that the fence before that store does not
+// order it. What it should buy: those 60 instructions' latency, about 0.1 µs a tile: +0.3-0.5 % causal
+// at N = 4096 (a tile 18.7 µs there). Measured (H100, against _wide_pfq in the same processes):
+// 1.002-1.014 causal at N = 4096, 1.010-1.017 at 4096, 0.978-1.026 at 16384. ptxas scheduled the
+// loop afresh, so these are the epilogue and a new loop together (chapter 09).
+// kStsm (wide_stsm, on wide_lg2): the staging by stmatrix. The accumulator's layout is stmatrix's
+// (row lane / 4, columns 2·(lane % 4) and + 1 of an 8 × 8 matrix), so one x4 writes two 8-column
+// chunks of the warp's 16 rows: 8 STSM a lane where there were 32 STS and their 32 addresses (each
+// lane gives one row's address: matrix lane / 8, row lane % 8). What it should buy: about half the
+// stores' time, 0.2-0.4 µs a tile: +1-2 % causal at N = 4096, +0.5-1 % at N = 4096. Measured against
+// _wide_lg2 in the same processes: 1.002-1.004 causal at N = 4096, 0.992-0.994 at 4096, 0.970-1.009 at
+// 16384; against _wide_pfq 1.005-1.017 causal at 4096 in three runs: the loop was scheduled afresh
+// again (its softmax's constants in vector registers, not uniform ones).
+template <class T, int D, int J, bool kStsm>
+__device__ void write_output_lg2(const float (&o)[J][4], const float (&m)[2], const float (&l)[2], uint16_t* stage,
+                                 const float* vbar, const CUtensorMap* mapO, const tc::Params& p, int h, int row0,
+                                 float o_times) {
+  const int lane = tc::lane_id(), t = lane % 4;
+  float2 add[D / 8];  // as write_output_wide: all of v̄'s loads before the first store to the staging
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) add[d] = *reinterpret_cast<const float2*>(vbar + 8 * d + 2 * t);
+  if (lane == 0) hopper::bulk_wait_read<0>();
+  __syncwarp();
+  const float inv[2] = {__fdividef(o_times, l[0]), __fdividef(o_times, l[1])};
+  if constexpr (kStsm) {
+    const int r = lane % 8 + 8 * (lane / 8 % 2), c = lane / 16;  // the row this lane addresses: chunk 2s + c
+#pragma unroll
+    for (int s = 0; s < D / 16; ++s) {
+      uint32_t w[4];  // the matrices: rows 0-7 and 8-15 of chunk 2s, then of chunk 2s + 1
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int d = 2 * s + x / 2, hh = x % 2;
+        w[x] = ptx::pack<T>(o[d][2 * hh] * inv[hh] + add[d].x, o[d][2 * hh + 1] * inv[hh] + add[d].y);
+      }
+      hopper::stmatrix_x4(hopper::smem_u32(stage + hopper::swizzle128<16>(r, 2 * s + c)), w);
+    }
+  } else {  // write_output_wide's stores
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d)
+        *reinterpret_cast<uint32_t*>(stage + hopper::swizzle128<16>(lane / 4 + 8 * hh, d) + 2 * t) =
+            ptx::pack<T>(o[d][2 * hh] * inv[hh] + add[d].x, o[d][2 * hh + 1] * inv[hh] + add[d].y);
+  }
+  fa3::store_staged_output<D>(stage, mapO, p, h, row0);
+  const int g = lane / 4;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)  // L = ln 2 · (m + log₂ l − 8): m and the shift of 8 are in log₂ units
+    if (t == 0 && unsigned(row0 + g + 8 * hh) < unsigned(p.N))
+      p.L[size_t(h) * p.N + row0 + g + 8 * hh] = 0.69314718f * (m[hh] + __log2f(l[hh]) - 8.0f);
+}
+
 // The wide kernels' steps on a block, shared by flash_v3_fp8_wide and flash_v3_fp8_wide_overlap.
 // The softmax of a block and its P̃ in the tile at Ps() (a callable, the address formed where it is
 // used; the tile's last reader, the P̃·V two blocks back, has completed), with the block's
@@ -1158,7 +1214,7 @@ __device__ void mask_causal(float (&S)[NT][4], int row0, int col0) {
 //   N = 4096: a tile's start is not waiting for the tensor cores, so the narrowing is not worth
 //   specialising the consumers for.
 template <class T, bool kDiagonalMask = false, bool kDecoded = false, bool kQHalves = false, bool kDiagSkip = false,
-          bool kQPrefetch = false>
+          bool kQPrefetch = false, bool kLog2L = false, bool kEpilogueStsm = false>
 __global__ void __launch_bounds__(128 * 3, 1)
     flash_v3_fp8_wide_overlap(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                               const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO,
@@ -1168,6 +1224,8 @@ __global__ void __launch_bounds__(128 * 3, 1)
   static_assert(!kQHalves || kDecoded, "Q by halves (wide_qh) builds on wide_dec");
   static_assert(!kDiagSkip || kQHalves, "the diagonal's dead steps skipped (wide_diag) build on wide_qh");
   static_assert(!kQPrefetch || kDiagSkip, "Q prefetched into L2 (wide_pfq) builds on wide_diag");
+  static_assert(!kLog2L || kQPrefetch, "L by lg2.approx (wide_lg2) builds on wide_pfq");
+  static_assert(!kEpilogueStsm || kLog2L, "the staging by stmatrix (wide_stsm) builds on wide_lg2");
   extern __shared__ uint8_t smem_raw[];
   const Pipe pipe{reinterpret_cast<uint8_t*>(fa3::align1024(smem_raw))};
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;
@@ -1335,7 +1393,11 @@ __global__ void __launch_bounds__(128 * 3, 1)
       pipe.release_v(k);
       // Tile n's epilogue under that S, staged in the P̃ tile the next first block (kS) does not write.
       uint16_t* const stage = reinterpret_cast<uint16_t*>(pipe.P(cwg, kS + 1)) + 16 * (cwarp % 4) * D;
-      write_output_wide<T, D>(o[0], m, l, stage, pipe.vbar(n, qc), &mapO, p, cur.h, cur.warp_row0, cur.sv);
+      if constexpr (kLog2L)
+        write_output_lg2<T, D, NV / 8, kEpilogueStsm>(o[0], m, l, stage, pipe.vbar(n, qc), &mapO, p, cur.h,
+                                                      cur.warp_row0, cur.sv);
+      else
+        write_output_wide<T, D>(o[0], m, l, stage, pipe.vbar(n, qc), &mapO, p, cur.h, cur.warp_row0, cur.sv);
       it = k + 1;
       t = t_next;
       cur = next;
@@ -1395,7 +1457,8 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const int Br = acc_tc_warpgroups != 0 ? 64 * acc_tc_warpgroups : attention_tiles(s).Br;
   const bool q_halves =  // wide_qh and the experiments on it: Q by halves, a warpgroup's rows
-      wide == Wide::overlap_qhalves || wide == Wide::overlap_diagonal || wide == Wide::overlap_q_prefetch;
+      wide == Wide::overlap_qhalves || wide == Wide::overlap_diagonal || wide == Wide::overlap_q_prefetch ||
+      wide == Wide::overlap_log2 || wide == Wide::overlap_stsm;
   const int q_box = q_halves ? 64 : Br;
   const CUtensorMap mapQ = fa3::make_tensor_map({in.Q, u8, 1, s.d, s.N, s.heads(), s.d, q_box, qk_swizzle});
   const bool wide_blocks = wide != Wide::off;
@@ -1451,7 +1514,9 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     course::require_shared_memory(bytes, "fp8 (key blocks of 256) at d = 128");
     if (overlap_kernel) {  // causal: heads in groups whose K and V (1 byte a value) take at most 16 MB
       // Each experiment's flags: the diagonal's mask, decoded tiles, Q by halves, the dead steps, Q from L2.
-      const auto overlap = wide == Wide::overlap_q_prefetch ? flash_v3_fp8_wide_overlap<T, on, on, on, on, on>
+      const auto overlap = wide == Wide::overlap_stsm       ? flash_v3_fp8_wide_overlap<T, on, on, on, on, on, on, on>
+                           : wide == Wide::overlap_log2       ? flash_v3_fp8_wide_overlap<T, on, on, on, on, on, on>
+                           : wide == Wide::overlap_q_prefetch ? flash_v3_fp8_wide_overlap<T, on, on, on, on, on>
                            : wide == Wide::overlap_diagonal ? flash_v3_fp8_wide_overlap<T, on, on, on, on>
                            : wide == Wide::overlap_qhalves  ? flash_v3_fp8_wide_overlap<T, on, on, on>
                            : wide == Wide::overlap_decoded  ? flash_v3_fp8_wide_overlap<T, on, on>

@@ -237,12 +237,13 @@ int main(int argc, char** argv) {
     // diagonal's mask not checking N; fp8_<scheme>_wide_dec, that with each tile's head and query block
     // from the producer; fp8_<scheme>_wide_qh, that with Q in two halves, one a warpgroup;
     // fp8_<scheme>_wide_diag, that with the causal diagonal's steps past a warp's rows skipped; and
-    // fp8_<scheme>_wide_pfq, that with each tile's first Q half prefetched into L2.
+    // fp8_<scheme>_wide_pfq, that with each tile's first Q half prefetched into L2; fp8_<scheme>_wide_lg2,
+    // that with L by lg2.approx; and fp8_<scheme>_wide_stsm, that with the epilogue's staging by stmatrix.
     std::vector<std::string> known = variants;
     known.push_back(std::string("08_") + kStage08LptRung);  // stage 08's experiment: causal tiles in the LPT order
     const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns",
                                      "_wide_epi", "_wide_ovl", "_wide_mask", "_wide_dec", "_wide_qh", "_wide_diag",
-                                     "_wide_pfq"};
+                                     "_wide_pfq", "_wide_lg2", "_wide_stsm"};
     for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
       known.push_back("quant_" + centred(s).name());
@@ -310,6 +311,8 @@ int main(int argc, char** argv) {
                                         : ends("_wide_qh")    ? fp8::Wide::overlap_qhalves
                                         : ends("_wide_diag")  ? fp8::Wide::overlap_diagonal
                                         : ends("_wide_pfq")   ? fp8::Wide::overlap_q_prefetch
+                                        : ends("_wide_lg2")   ? fp8::Wide::overlap_log2
+                                        : ends("_wide_stsm")  ? fp8::Wide::overlap_stsm
                                                               : fp8::Wide::off;
           const bool wide = wide_kernel != fp8::Wide::off, wide_opt = wide_kernel == fp8::Wide::optimistic;
           size_t suffix = 0;
@@ -322,7 +325,8 @@ int main(int argc, char** argv) {
           using W = fp8::Wide;
           const bool overlap = wide_kernel == W::overlap || wide_kernel == W::overlap_mask ||
                                wide_kernel == W::overlap_decoded || wide_kernel == W::overlap_qhalves ||
-                               wide_kernel == W::overlap_diagonal || wide_kernel == W::overlap_q_prefetch;
+                               wide_kernel == W::overlap_diagonal || wide_kernel == W::overlap_q_prefetch ||
+                               wide_kernel == W::overlap_log2 || wide_kernel == W::overlap_stsm;
           const bool lpt08 = name == std::string("08_") + kStage08LptRung;
           if ((overlap || lpt08) && head_group > 0) row_name += "_hg" + std::to_string(head_group);
           course::Row row = bench.row(row_name,
@@ -486,6 +490,12 @@ int main(int argc, char** argv) {
         {{"_wide_pfq"},
          "fp8_*_wide_pfq: the experiment _wide_diag with the first half of each tile's Q (the first warpgroup's "
          "rows) prefetched into L2 when the producer takes the tile"},
+        {{"_wide_lg2"},
+         "fp8_*_wide_lg2: the experiment _wide_pfq with L by lg2.approx (not a software log on one lane in "
+         "four), stored after O's TMA store is issued"},
+        {{"_wide_stsm"},
+         "fp8_*_wide_stsm: the experiment _wide_lg2 with the epilogue's staging written by stmatrix (8 a lane, "
+         "not 32 stores)"},
         {{"_psmem"},
          "fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
          "only)"},

@@ -339,7 +339,8 @@ TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _turns, _epi,
 TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one after another") {
   const bool sanitizer = softmax::testing::under_sanitizer();
   for (fp8::Wide kernel : {fp8::Wide::optimistic, fp8::Wide::vbar_smem, fp8::Wide::overlap, fp8::Wide::overlap_qhalves,
-                           fp8::Wide::overlap_diagonal, fp8::Wide::overlap_q_prefetch}) {
+                           fp8::Wide::overlap_diagonal, fp8::Wide::overlap_q_prefetch,
+                           fp8::Wide::overlap_log2, fp8::Wide::overlap_stsm}) {
     const WideBlocks wide(kernel);
     const int experiment = int(kernel);
     CAPTURE(experiment);
@@ -391,9 +392,12 @@ TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one af
 // _wide_diag, which leaves the diagonal's steps past a warp's rows out of the softmax: where the
 // diagonal block ends before N (N = 256 and 257: the one block of N = 256, the first of 257) it
 // takes the mask and the softmax of the tile's first block, and the other cases keep the old one.
+// _wide_lg2 and _wide_stsm (L by lg2.approx; the staging by stmatrix) on the same cases: large logits and rising
+// keys give L its widest range.
 TEST_CASE("the experiments _wide_mask and _wide_diag (the causal diagonal without N) keep the bound") {
   const bool sanitizer = softmax::testing::under_sanitizer();
-  for (fp8::Wide kernel : {fp8::Wide::overlap_mask, fp8::Wide::overlap_diagonal}) {
+  for (fp8::Wide kernel : {fp8::Wide::overlap_mask, fp8::Wide::overlap_diagonal, fp8::Wide::overlap_log2,
+                           fp8::Wide::overlap_stsm}) {
     const WideBlocks wide(kernel);
     CAPTURE(int(kernel));
     for (int blocks : {0, 1}) {
@@ -429,7 +433,8 @@ TEST_CASE("the experiments _wide_mask and _wide_diag (the causal diagonal withou
 TEST_CASE("the overlap kernels take each tile's, warpgroup's and key block's own descales") {
   const bool sanitizer = softmax::testing::under_sanitizer();
   for (fp8::Wide kernel : {fp8::Wide::overlap, fp8::Wide::overlap_mask, fp8::Wide::overlap_decoded,
-                           fp8::Wide::overlap_qhalves, fp8::Wide::overlap_diagonal, fp8::Wide::overlap_q_prefetch}) {
+                           fp8::Wide::overlap_qhalves, fp8::Wide::overlap_diagonal, fp8::Wide::overlap_q_prefetch,
+                           fp8::Wide::overlap_log2, fp8::Wide::overlap_stsm}) {
     const WideBlocks wide(kernel);
     for (int blocks : {0, 1}) {
       const Cap cap(blocks);
