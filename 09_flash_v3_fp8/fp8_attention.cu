@@ -778,10 +778,10 @@ __device__ void write_output_wide(const float (&o)[J][4], const float (&m)[2], c
 
 // The epilogues of wide_lg2 and wide_stsm: write_output_wide with changes where the trace timed the
 // staging's stores and L at 0.45-0.79 µs of a tile's 0.8-1.3 µs epilogue.
-// kLog2L (wide_lg2): L by lg2.approx (one MUFU.LG2, relative error about 2⁻²²) where logf is a
-// software log of about 30 dependent instructions that one lane in four runs while the warp waits,
-// twice; its store after the TMA store is issued, so that the fence before that store does not
-// order it. What it should buy: those 60 instructions' latency, about 0.1 µs a tile: +0.3-0.5 % causal
+// kLog2L (wide_lg2): L by lg2.approx (MUFU.LG2 and a fix-up for denormal inputs; 2 ulp, l ≥ 2⁸)
+// where logf is a software log of about 25 instructions (a chain of a dozen FFMAs) that one lane in
+// four runs in a branch while the warp waits, twice, among the staging's stores; its store after the
+// TMA store is issued, so that computing L no longer delays that store. What it should buy: those 60 instructions' latency, about 0.1 µs a tile: +0.3-0.5 % causal
 // at N = 4096 (a tile 18.7 µs there). Measured (H100, against _wide_pfq in the same processes):
 // 1.002-1.014 causal at N = 4096, 1.010-1.017 at 4096, 0.978-1.026 at 16384. ptxas scheduled the
 // loop afresh, so these are the epilogue and a new loop together (chapter 09).
@@ -791,12 +791,13 @@ __device__ void write_output_wide(const float (&o)[J][4], const float (&m)[2], c
 // lane gives one row's address: matrix lane / 8, row lane % 8). What it should buy: about half the
 // stores' time, 0.2-0.4 µs a tile: +1-2 % causal at N = 4096, +0.5-1 % at N = 4096. Measured against
 // _wide_lg2 in the same processes: 1.002-1.004 causal at N = 4096, 0.992-0.994 at 4096, 0.970-1.009 at
-// 16384; against _wide_pfq 1.005-1.017 causal at 4096 in three runs: the loop was scheduled afresh
+// 16384; against _wide_pfq 1.004-1.017 causal at 4096 in four runs: the loop was scheduled afresh
 // again (its softmax's constants in vector registers, not uniform ones).
 template <class T, int D, int J, bool kStsm>
 __device__ void write_output_lg2(const float (&o)[J][4], const float (&m)[2], const float (&l)[2], uint16_t* stage,
                                  const float* vbar, const CUtensorMap* mapO, const tc::Params& p, int h, int row0,
                                  float o_times) {
+  static_assert(D % 16 == 0, "stmatrix.x4 writes the staging 16 columns at a time");
   const int lane = tc::lane_id(), t = lane % 4;
   float2 add[D / 8];  // as write_output_wide: all of v̄'s loads before the first store to the staging
 #pragma unroll

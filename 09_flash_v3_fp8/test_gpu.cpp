@@ -394,7 +394,7 @@ TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one af
 // takes the mask and the softmax of the tile's first block, and the other cases keep the old one.
 // _wide_lg2 and _wide_stsm (L by lg2.approx; the staging by stmatrix) on the same cases: large logits and rising
 // keys give L its widest range.
-TEST_CASE("the experiments _wide_mask and _wide_diag (the causal diagonal without N) keep the bound") {
+TEST_CASE("the experiments _wide_mask, _wide_diag, _wide_lg2 and _wide_stsm keep the bound") {
   const bool sanitizer = softmax::testing::under_sanitizer();
   for (fp8::Wide kernel : {fp8::Wide::overlap_mask, fp8::Wide::overlap_diagonal, fp8::Wide::overlap_log2,
                            fp8::Wide::overlap_stsm}) {
