@@ -781,8 +781,9 @@ __device__ void write_output_wide(const float (&o)[J][4], const float (&m)[2], c
 // kLog2L (wide_lg2): L by lg2.approx (MUFU.LG2 and a fix-up for denormal inputs; 2 ulp, l ≥ 2⁸)
 // where logf is a software log of about 25 instructions (a chain of a dozen FFMAs) that one lane in
 // four runs in a branch while the warp waits, twice, among the staging's stores; its store after the
-// TMA store is issued, so that computing L no longer delays that store. What it should buy: those 60 instructions' latency, about 0.1 µs a tile: +0.3-0.5 % causal
-// at N = 4096 (a tile 18.7 µs there). Measured (H100, against _wide_pfq in the same processes):
+// TMA store is issued, so that computing L no longer delays that store. What it should buy: those
+// 50 instructions' latency, about 0.1 µs a tile: +0.3-0.5 % causal at N = 4096 (a tile 18.7 µs
+// there). Measured (H100, against _wide_pfq in the same processes):
 // 1.002-1.014 causal at N = 4096, 1.010-1.017 at 4096, 0.978-1.026 at 16384. ptxas scheduled the
 // loop afresh, so these are the epilogue and a new loop together (chapter 09).
 // kStsm (wide_stsm, on wide_lg2): the staging by stmatrix. The accumulator's layout is stmatrix's
