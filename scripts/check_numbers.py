@@ -1773,6 +1773,7 @@ def _(D, F):
 # accuracy table and the failing run before the fresh accumulator are the program's printed text.
 CH09 = "docs/09_flash_v3_fp8.md"
 STAGE09 = "docs/results/h100/stage09"
+STAGE09_H200 = "docs/results/h200/stage09"  # the runs on an H200 (its own lab record)
 
 
 def read_accuracy09(path):
@@ -2426,11 +2427,12 @@ def stsm_runs09(F):
     return [best08_over09(F, k, "fp8_per_tensor_wide_stsm", 4096, True) for k in STSM_RUNS09]
 
 
-@prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_stsm`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs, on the line; each cell's figure from its fastest experiment\)")
+@prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_stsm`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs, on the line, and ([\d.]+)–([\d.]+)× in four runs on an H200; each cell's figure from its fastest experiment\)")
 def _(D, F):
     r = best08_over_mask09(F)
     runs = stsm_runs09(F)
-    return [r[4096, False], r[16384, False], r[16384, True], statistics.median(runs), min(runs), max(runs)]
+    h200 = [best08_over_stsm_h200(F, k) for k in STSM_RUNS09_H200]
+    return [r[4096, False], r[16384, False], r[16384, True], statistics.median(runs), min(runs), max(runs), min(h200), max(h200)]
 
 
 @prose(CH09, r"against stage 08 at its best, and ([\d.]+)× at causal\sN = 4096 \(([\d.]+)–([\d.]+) in four runs: on the line, not over it\), where stage 08 gains more from FlashAttention-3's tile order than FP8\sdoes \(against stage 08 without that order, ([\d.]+)×\)")
@@ -2461,6 +2463,64 @@ def _(D, F):
 def _(D, F):
     return [by_process09(F, "stage09_wide_lane_pfq2", "fp8_per_tensor_wide_pfq", N, c) /
             by_process09(F, "stage09_wide_lane_pfq2", "fp8_per_tensor_wide_pfq2", N, c) for N, c in ((4096, True), (4096, False))]
+
+
+# --- chapter 09's runs on an H200 (docs/results/h200/) ---
+
+# The four H200 runs with _wide_stsm and stage 08 at causal N = 4096, in order (p69, p70, p72, p73).
+STSM_RUNS09_H200 = ("h200_09_sched", "h200_09_probe_dead_pv", "h200_09_probe", "h200_09_split")
+
+
+def best08_over_stsm_h200(F, key):
+    """Stage 08's faster kernel over _wide_stsm at causal N = 4096 in one H200 run (p73 timed tuned_lpt alone)."""
+    m = lambda v: rounds_by_process09(F, key, v, 4096, True)  # noqa: E731
+    return min(statistics.median(m(v)) for v in ("08_tuned", "08_tuned_lpt") if m(v)) / \
+        statistics.median(m("fp8_per_tensor_wide_stsm"))
+
+
+@prose(CH09, r"over `_wide_stsm` at causal N = 4096 was ([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+) in four runs\.")
+def _(D, F):
+    return [best08_over_stsm_h200(F, k) for k in STSM_RUNS09_H200]
+
+
+@prose(CH09, r"on the\s+H100 and ([\d.]+)–([\d.]+) on the H200: on the line, or just under it")
+def _(D, F):
+    runs = [best08_over_stsm_h200(F, k) for k in STSM_RUNS09_H200]
+    return [min(runs), max(runs)]
+
+
+def sched_ratios_h200(F, N, causal):
+    """wide_sched.csv: _wide_stsm over _wide_sched (speed) in each process of one cell."""
+    m = lambda v, p: statistics.median(float(r["ms"]) for r in F["h200_09_sched"] if r["variant"] == v and r["process"] == p  # noqa: E731
+                                       and f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"])
+    procs = sorted({r["process"] for r in F["h200_09_sched"] if f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"]})
+    return [m("fp8_per_tensor_wide_stsm", p) / m("fp8_per_tensor_wide_sched", p) for p in procs]
+
+
+@prose(CH09, r"\(\[wide_sched\.csv\]\(results/h200/stage09/wide_sched\.csv\)\): ([\d.]+)–([\d.]+) of\s`_wide_stsm` there, ([\d.]+)–([\d.]+) at N = 4096, and ([\d.]+)–([\d.]+) at causal N = 16384")
+def _(D, F):
+    out = []
+    for N, c in ((4096, True), (4096, False), (16384, True)):
+        r = sched_ratios_h200(F, N, c)
+        out += [min(r), max(r)]
+    return out
+
+
+@spec("ch09-epilogue-probes", CH09)
+def _(row, D, F):
+    N = 4096 if "N = 4096" in row["cell"] else 16384
+    c = "causal" in row["cell"]
+    s1, p = (ms_spread09(F, "h200_09_probe", v, N, c) for v in ("fp8_per_tensor_wide_stsm", "probe_stsm_no_epilogue"))
+    s2, b = (ms_spread09(F, "h200_09_split", v, N, c) for v in ("fp8_per_tensor_wide_stsm", "probe_stsm_no_store"))
+    return {"run 1: `_wide_stsm`, ms (min–max)": s1, "no epilogue (P)": p, "`_wide_stsm` / P": s1[0] / p[0],
+            "run 2: `_wide_stsm`, ms (min–max)": s2, "without the store (B)": b, "`_wide_stsm` / B": s2[0] / b[0]}
+
+
+@prose(CH09, r"That probe\s+ran (\d+)–(\d+)% faster \(\[its data\]")
+def _(D, F):
+    r = [by_process09(F, "h200_09_probe_dead_pv", "fp8_per_tensor_wide_stsm", N, c) /
+         by_process09(F, "h200_09_probe_dead_pv", "probe_stsm_no_epilogue", N, c) for N, c in ((4096, True), (4096, False), (16384, True))]
+    return [100 * (min(r) - 1), 100 * (max(r) - 1)]
 
 
 @prose(CH09, r"\(\[narrow_probe\.csv\]\(results/h100/stage09/narrow_probe\.csv\)\):\s([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+) at causal N = 4096")
@@ -2747,6 +2807,10 @@ def run(root):
         "stage09_wide_lg2_probe": read_simple_csv(os.path.join(root, STAGE09, "wide_lg2_probe.csv")),
         "stage09_wide_ahead": read_simple_csv(os.path.join(root, STAGE09, "wide_ahead.csv")),
         "stage09_wide_lg2_stsm": read_simple_csv(os.path.join(root, STAGE09, "wide_lg2_stsm.csv")),
+        "h200_09_sched": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_sched.csv")),
+        "h200_09_probe_dead_pv": read_simple_csv(os.path.join(root, STAGE09_H200, "no_epilogue_probe_dead_pv.csv")),
+        "h200_09_probe": read_simple_csv(os.path.join(root, STAGE09_H200, "no_epilogue_probe.csv")),
+        "h200_09_split": read_simple_csv(os.path.join(root, STAGE09_H200, "epilogue_split_probe.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
