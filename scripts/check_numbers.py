@@ -2491,8 +2491,7 @@ def _(D, F):
 
 def sched_ratios_h200(F, N, causal):
     """wide_sched.csv: _wide_stsm over _wide_sched (speed) in each process of one cell."""
-    m = lambda v, p: statistics.median(float(r["ms"]) for r in F["h200_09_sched"] if r["variant"] == v and r["process"] == p  # noqa: E731
-                                       and f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"])
+    m = lambda v, p: label_median09(F, "h200_09_sched", v, N, causal, p)  # noqa: E731
     procs = sorted({r["process"] for r in F["h200_09_sched"] if f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"]})
     return [m("fp8_per_tensor_wide_stsm", p) / m("fp8_per_tensor_wide_sched", p) for p in procs]
 
