@@ -22,12 +22,14 @@
 #include "fp8.hpp"
 #include "gpu.hpp"
 #include "options.hpp"
+// Declarations only (no CUDA types): the row names' kernel choices (fp8::Wide) in every build; the
+// launchers and setters it declares are defined, and called below, only in a build with sm_90a kernels.
+#include "kernels.cuh"
 #if COURSE_HAS_CUDA
 #include "../06_flash_v2/device_run.hpp"
 #include "device_buffer.hpp"
 #if COURSE_HAS_HOPPER
 #include "device_fp8.hpp"
-#include "kernels.cuh"
 #include "../08_flash_v3/kernels.cuh"  // fa3_set_lpt_head_group
 #endif
 #endif
@@ -299,7 +301,7 @@ int main(int argc, char** argv) {
             const size_t n = std::strlen(tail);
             return fp8_row && name.size() > n && name.compare(name.size() - n, n, tail) == 0;
           };
-          const bool fadd = ends("_fadd"), preg = ends("_preg"), psmem = ends("_psmem");
+          [[maybe_unused]] const bool fadd = ends("_fadd"), preg = ends("_preg"), psmem = ends("_psmem");
           const int acc_wg = ends("_acc2") ? 2 : ends("_acc3") || ends("_lazy3") ? 3 : 0;
           const fp8::Wide wide_kernel = ends("_wide")        ? fp8::Wide::rung
                                         : ends("_wide_opt")   ? fp8::Wide::optimistic
@@ -314,7 +316,8 @@ int main(int argc, char** argv) {
                                         : ends("_wide_lg2")   ? fp8::Wide::overlap_log2
                                         : ends("_wide_stsm")  ? fp8::Wide::overlap_stsm
                                                               : fp8::Wide::off;
-          const bool wide = wide_kernel != fp8::Wide::off, wide_opt = wide_kernel == fp8::Wide::optimistic;
+          const bool wide = wide_kernel != fp8::Wide::off;
+          [[maybe_unused]] const bool wide_opt = wide_kernel == fp8::Wide::optimistic;
           size_t suffix = 0;
           for (const char* a : ablations)
             if (ends(a)) suffix = std::strlen(a);
@@ -364,7 +367,7 @@ int main(int argc, char** argv) {
             bench.progress(problem, scheme.name() + ": the CPU's quantisation");
             quantized.emplace(scheme.name(), quantize_inputs(s, in.Q, in.K, in.V, scheme, options.seed));
           }
-          const QuantizedInputs& q = quantized.at(scheme.name());
+          [[maybe_unused]] const QuantizedInputs& q = quantized.at(scheme.name());  // the GPU rows' inputs
           if (quant) row.io_model_bytes = quantize_model_bytes(s, scheme);
           else row.flops = s.flops(), row.io_model_bytes = attention_model_bytes(s, fp8_tiles);
 #if COURSE_HAS_HOPPER
