@@ -2427,7 +2427,7 @@ def stsm_runs09(F):
     return [best08_over09(F, k, "fp8_per_tensor_wide_stsm", 4096, True) for k in STSM_RUNS09]
 
 
-@prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_stsm`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs, on the line, and ([\d.]+)–([\d.]+)× in four runs on an H200; each cell's figure from its fastest experiment\)")
+@prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_stsm`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs, on the line, and ([\d.]+)–([\d.]+)× in five runs on an H200; each cell's figure from its fastest experiment\)")
 def _(D, F):
     r = best08_over_mask09(F)
     runs = stsm_runs09(F)
@@ -2467,8 +2467,8 @@ def _(D, F):
 
 # --- chapter 09's runs on an H200 (docs/results/h200/) ---
 
-# The four H200 runs with _wide_stsm and stage 08 at causal N = 4096, in order (p69, p70, p72, p73).
-STSM_RUNS09_H200 = ("h200_09_sched", "h200_09_probe_dead_pv", "h200_09_probe", "h200_09_split")
+# The five H200 runs with _wide_stsm and stage 08 at causal N = 4096, in order (p69, p70, p72, p73, p74).
+STSM_RUNS09_H200 = ("h200_09_sched", "h200_09_probe_dead_pv", "h200_09_probe", "h200_09_split", "h200_09_q2")
 
 
 def best08_over_stsm_h200(F, key):
@@ -2478,7 +2478,7 @@ def best08_over_stsm_h200(F, key):
         statistics.median(m("fp8_per_tensor_wide_stsm"))
 
 
-@prose(CH09, r"over `_wide_stsm` at causal N = 4096 was ([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+) in four runs\.")
+@prose(CH09, r"over `_wide_stsm` at causal N = 4096 was ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+) in five runs\.")
 def _(D, F):
     return [best08_over_stsm_h200(F, k) for k in STSM_RUNS09_H200]
 
@@ -2503,6 +2503,19 @@ def _(D, F):
         r = sched_ratios_h200(F, N, c)
         out += [min(r), max(r)]
     return out
+
+
+def q2_ratios_h200(F, N, causal):
+    """wide_q2.csv: _wide_stsm over _wide_q2 (speed) in each process of one cell."""
+    m = lambda v, p: label_median09(F, "h200_09_q2", v, N, causal, p)  # noqa: E731
+    procs = sorted({r["process"] for r in F["h200_09_q2"] if f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"]})
+    return [m("fp8_per_tensor_wide_stsm", p) / m("fp8_per_tensor_wide_q2", p) for p in procs]
+
+
+@prose(CH09, r"\(\[wide_q2\.csv\]\(results/h200/stage09/wide_q2\.csv\)\): ([\d.]+)–([\d.]+) of `_wide_stsm` at causal N = 4096,\s([\d.]+)–([\d.]+) at N = 4096, and ([\d.]+) at N = 16384")
+def _(D, F):
+    a, b, c = q2_ratios_h200(F, 4096, True), q2_ratios_h200(F, 4096, False), q2_ratios_h200(F, 16384, False)
+    return [min(a), max(a), min(b), max(b), c[0]]
 
 
 @spec("ch09-epilogue-probes", CH09)
@@ -2810,6 +2823,7 @@ def run(root):
         "h200_09_probe_dead_pv": read_simple_csv(os.path.join(root, STAGE09_H200, "no_epilogue_probe_dead_pv.csv")),
         "h200_09_probe": read_simple_csv(os.path.join(root, STAGE09_H200, "no_epilogue_probe.csv")),
         "h200_09_split": read_simple_csv(os.path.join(root, STAGE09_H200, "epilogue_split_probe.csv")),
+        "h200_09_q2": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_q2.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
