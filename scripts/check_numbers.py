@@ -2528,6 +2528,16 @@ def _(D, F):
     return q2_ratios_h200(F, 16384, True) + [spread(True), spread(False)]
 
 
+@prose(CH09, r"`_wide_stsm` / A = ([\d.]+) at causal N = 4096 and ([\d.]+) at N = 4096, as much as no epilogue at\sall")
+def _(D, F):
+    rows = F["h200_09_math_probe"]
+    def med(variant, procs, causal):
+        return statistics.median(float(r["ms"]) for r in rows if r["variant"] == variant and r["process"] in procs
+                                 and f"causal={int(causal)}" in r["shape"])
+    return [med("fp8_per_tensor_wide_stsm", "ad", True) / med("probe_stsm_no_epilogue_math", "bc", True),
+            med("fp8_per_tensor_wide_stsm", "e", False) / med("probe_stsm_no_epilogue_math", "f", False)]
+
+
 @spec("ch09-epilogue-probes", CH09)
 def _(row, D, F):
     N = 4096 if "N = 4096" in row["cell"] else 16384
@@ -2834,6 +2844,7 @@ def run(root):
         "h200_09_probe": read_simple_csv(os.path.join(root, STAGE09_H200, "no_epilogue_probe.csv")),
         "h200_09_split": read_simple_csv(os.path.join(root, STAGE09_H200, "epilogue_split_probe.csv")),
         "h200_09_q2": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_q2.csv")),
+        "h200_09_math_probe": read_simple_csv(os.path.join(root, STAGE09_H200, "epilogue_math_probe.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
         "stage09_ncu": read_ncu09(os.path.join(root, STAGE09, "ncu_p_smem.txt")),
         "stage09_poly": read_simple_csv(os.path.join(root, STAGE09, "exp2_poly_6runs.csv")),
