@@ -2489,32 +2489,25 @@ def _(D, F):
     return [min(runs), max(runs)]
 
 
-def sched_ratios_h200(F, N, causal):
-    """wide_sched.csv: _wide_stsm over _wide_sched (speed) in each process of one cell."""
-    m = lambda v, p: label_median09(F, "h200_09_sched", v, N, causal, p)  # noqa: E731
-    procs = sorted({r["process"] for r in F["h200_09_sched"] if f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"]})
-    return [m("fp8_per_tensor_wide_stsm", p) / m("fp8_per_tensor_wide_sched", p) for p in procs]
+def stsm_over_h200(F, key, variant, N, causal):
+    """An H200 run: _wide_stsm over `variant` (speed) in each process of one cell."""
+    m = lambda v, p: label_median09(F, key, v, N, causal, p)  # noqa: E731
+    procs = sorted({r["process"] for r in F[key] if f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"]})
+    return [m("fp8_per_tensor_wide_stsm", p) / m(variant, p) for p in procs]
 
 
 @prose(CH09, r"\(\[wide_sched\.csv\]\(results/h200/stage09/wide_sched\.csv\)\): ([\d.]+)–([\d.]+) of\s`_wide_stsm` there, ([\d.]+)–([\d.]+) at N = 4096, and ([\d.]+)–([\d.]+) at causal N = 16384")
 def _(D, F):
     out = []
     for N, c in ((4096, True), (4096, False), (16384, True)):
-        r = sched_ratios_h200(F, N, c)
+        r = stsm_over_h200(F, "h200_09_sched", "fp8_per_tensor_wide_sched", N, c)
         out += [min(r), max(r)]
     return out
 
 
-def q2_ratios_h200(F, N, causal):
-    """wide_q2.csv: _wide_stsm over _wide_q2 (speed) in each process of one cell."""
-    m = lambda v, p: label_median09(F, "h200_09_q2", v, N, causal, p)  # noqa: E731
-    procs = sorted({r["process"] for r in F["h200_09_q2"] if f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"]})
-    return [m("fp8_per_tensor_wide_stsm", p) / m("fp8_per_tensor_wide_q2", p) for p in procs]
-
-
 @prose(CH09, r"\(\[wide_q2\.csv\]\(results/h200/stage09/wide_q2\.csv\)\): ([\d.]+)–([\d.]+) of `_wide_stsm` at causal N = 4096,\s([\d.]+)–([\d.]+) at N = 4096, and ([\d.]+) at N = 16384")
 def _(D, F):
-    a, b, c = q2_ratios_h200(F, 4096, True), q2_ratios_h200(F, 4096, False), q2_ratios_h200(F, 16384, False)
+    a, b, c = stsm_over_h200(F, "h200_09_q2", "fp8_per_tensor_wide_q2", 4096, True), stsm_over_h200(F, "h200_09_q2", "fp8_per_tensor_wide_q2", 4096, False), stsm_over_h200(F, "h200_09_q2", "fp8_per_tensor_wide_q2", 16384, False)
     return [min(a), max(a), min(b), max(b), statistics.median(c)]
 
 
@@ -2525,7 +2518,7 @@ def _(D, F):
     for r in rows:
         rounds.setdefault((r["process"], r["variant"]), []).append(float(r["ms"]))
     spread = lambda fp8: 100 * (max(max(x) / min(x) for (p, v), x in rounds.items() if v.startswith("fp8") == fp8) - 1)  # noqa: E731
-    return q2_ratios_h200(F, 16384, True) + [spread(True), spread(False)]
+    return stsm_over_h200(F, "h200_09_q2", "fp8_per_tensor_wide_q2", 16384, True) + [spread(True), spread(False)]
 
 
 @prose(CH09, r"`_wide_stsm` / A = ([\d.]+) at causal N = 4096 and ([\d.]+) at N = 4096, as much as no epilogue at\sall")
