@@ -2500,9 +2500,10 @@ def _(D, F):
 
 
 def stsm_over_h200(F, key, variant, N, causal):
-    """An H200 run: _wide_stsm over `variant` (speed) in each process of one cell."""
+    """An H200 run: _wide_stsm over `variant` (speed) in each process of one cell that timed `variant`."""
     m = lambda v, p: label_median09(F, key, v, N, causal, p)  # noqa: E731
-    procs = sorted({r["process"] for r in F[key] if f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"]})
+    procs = sorted({r["process"] for r in F[key] if r["variant"] == variant and f" N={N} " in r["shape"]
+                    and f"causal={int(causal)}" in r["shape"]})
     return [m("fp8_per_tensor_wide_stsm", p) / m(variant, p) for p in procs]
 
 
@@ -2548,12 +2549,8 @@ def _(D, F):
 
 @prose(CH09, r"The first build of A measured ([\d.]+) at causal N = 4096 and\s([\d.]+) at N = 4096 \(\[its data\]")
 def _(D, F):
-    rows = F["h200_09_math_probe"]
-    def med(variant, procs, causal):
-        return statistics.median(float(r["ms"]) for r in rows if r["variant"] == variant and r["process"] in procs
-                                 and f"causal={int(causal)}" in r["shape"])
-    return [med("fp8_per_tensor_wide_stsm", "ad", True) / med("probe_stsm_no_epilogue_math", "bc", True),
-            med("fp8_per_tensor_wide_stsm", "e", False) / med("probe_stsm_no_epilogue_math", "f", False)]
+    return [stsm_over_probe_a09("h200_09_math_probe", F, True, "ad", "bc"),
+            stsm_over_probe_a09("h200_09_math_probe", F, False, "e", "f")]
 
 
 @spec("ch09-epilogue-probes", CH09)
@@ -2585,13 +2582,8 @@ PEPI_PARTS09 = {"all of the above": [("h200_09_pepi_e", "fp8_per_tensor_wide_pep
 
 def pepi_parts09(F, row_name, N, causal):
     """_wide_stsm over one of the epilogue warp's variants, per process, in the runs that timed it."""
-    out = []
-    for key, variant in next(v for k, v in PEPI_PARTS09.items() if k in row_name):
-        procs = sorted({r["process"] for r in F[key] if r["variant"] == variant and f" N={N} " in r["shape"]
-                        and f"causal={int(causal)}" in r["shape"]})
-        out += [label_median09(F, key, "fp8_per_tensor_wide_stsm", N, causal, p) / label_median09(F, key, variant, N, causal, p)
-                for p in procs]
-    return out
+    return [x for key, variant in next(v for k, v in PEPI_PARTS09.items() if k in row_name)
+            for x in stsm_over_h200(F, key, variant, N, causal)]
 
 
 @spec("ch09-pepi-parts", CH09)
