@@ -2109,6 +2109,30 @@ def _(D, F):
     return [min(errs), max(errs)]
 
 
+def read_ncu_stg09(path):
+    """ncu_wide_stg.txt: for each '### variant' section, its metrics (name -> number) and the bytes of a
+    global store's sector used ('On average, only X of the 32 bytes')."""
+    out, cur = {}, None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"### (\S+)", line)
+            if m:
+                cur = out.setdefault(m.group(1), {})
+                continue
+            if cur is None:
+                continue
+            m = re.match(r"\s+(l1tex__\S+|smsp__\S+)\s+(?:\w+\s+)?([\d,]+)\s*$", line)
+            if m:
+                cur[m.group(1)] = float(m.group(2).replace(",", ""))
+            m = re.match(r"\s+Duration\s+us\s+([\d.]+)", line)
+            if m:
+                cur["duration_us"] = float(m.group(1))
+            m = re.search(r"global stores to L1TEX.*only ([\d.]+) of the 32", line)
+            if m:
+                cur["bytes_used"] = float(m.group(1))
+    return out
+
+
 def read_ncu09(path):
     """ncu_p_smem.txt: for each '== name' section, the SM clock (Hz), the duration (ns), the launch's
     stall samples, the loop's instructions a key block, its stall reasons (%), the samples on the
@@ -2427,7 +2451,7 @@ def stsm_runs09(F):
     return [best08_over09(F, k, "fp8_per_tensor_wide_stsm", 4096, True) for k in STSM_RUNS09]
 
 
-@prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_stsm`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs, on the line, and ([\d.]+)–([\d.]+)× in ten runs on an H200; each cell's figure from its fastest experiment\)")
+@prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_stsm`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs, on the line, and ([\d.]+)–([\d.]+)× in eleven runs on an H200; each cell's figure from its fastest experiment\)")
 def _(D, F):
     r = best08_over_mask09(F)
     runs = stsm_runs09(F)
@@ -2467,10 +2491,11 @@ def _(D, F):
 
 # --- chapter 09's runs on an H200 (docs/results/h200/) ---
 
-# The ten H200 runs with _wide_stsm and stage 08 at causal N = 4096, in order (p69, p70, p72, p73, p74, p76,
-# p77, p78, p79, p80).
+# The eleven H200 runs with _wide_stsm and stage 08 at causal N = 4096, in order (p69, p70, p72, p73, p74, p76,
+# p77, p78, p79, p80, p81).
 STSM_RUNS09_H200 = ("h200_09_sched", "h200_09_probe_dead_pv", "h200_09_probe", "h200_09_split", "h200_09_q2",
-                    "h200_09_math_probe", "h200_09_pepi", "h200_09_pepi_e", "h200_09_pepi_parts", "h200_09_math_probe_rebuilt")
+                    "h200_09_math_probe", "h200_09_pepi", "h200_09_pepi_e", "h200_09_pepi_parts", "h200_09_math_probe_rebuilt",
+                    "h200_09_stg")
 
 
 def best08_over_stsm_h200(F, key):
@@ -2480,12 +2505,12 @@ def best08_over_stsm_h200(F, key):
         statistics.median(m("fp8_per_tensor_wide_stsm"))
 
 
-@prose(CH09, r"over `_wide_stsm` at causal N = 4096 was ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+) in ten runs \(each the ratio of the run's medians\)\.")
+@prose(CH09, r"over `_wide_stsm` at causal N = 4096 was ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+) in eleven runs \(each the ratio of the run's medians\)\.")
 def _(D, F):
     return [best08_over_stsm_h200(F, k) for k in STSM_RUNS09_H200]
 
 
-@prose(CH09, r"`_wide_stsm` took ([\d.]+)–([\d.]+) ms in all ten and stage 08's faster kernel ([\d.]+)–([\d.]+) ms")
+@prose(CH09, r"`_wide_stsm` took ([\d.]+)–([\d.]+) ms in all eleven and stage 08's faster kernel ([\d.]+)–([\d.]+) ms")
 def _(D, F):
     m = lambda k, v: statistics.median(rounds_by_process09(F, k, v, 4096, True)) if rounds_by_process09(F, k, v, 4096, True) else 9.0  # noqa: E731
     s = [m(k, "fp8_per_tensor_wide_stsm") for k in STSM_RUNS09_H200]
@@ -2571,6 +2596,54 @@ def _(row, D, F):
     return {"`_wide_stsm`: ms (min–max)": ms_spread09(F, "h200_09_pepi", "fp8_per_tensor_wide_stsm", N, c),
             "`_wide_pepi`: ms (min–max)": ms_spread09(F, "h200_09_pepi", "fp8_per_tensor_wide_pepi", N, c),
             "`_wide_stsm` / `_wide_pepi`": [min(r), max(r)] if len(r) > 1 else r}
+
+
+@spec("ch09-stg", CH09)
+def _(row, D, F):
+    N = 4096 if "N = 4096" in row["cell"] else 16384
+    c = "causal" in row["cell"]
+    r = stsm_over_h200(F, "h200_09_stg", "fp8_per_tensor_wide_stg", N, c)
+    return {"`_wide_stsm`: ms (min–max)": ms_spread09(F, "h200_09_stg", "fp8_per_tensor_wide_stsm", N, c),
+            "`_wide_stg`: ms (min–max)": ms_spread09(F, "h200_09_stg", "fp8_per_tensor_wide_stg", N, c),
+            "`_wide_stsm` / `_wide_stg`": [min(r), max(r)] if len(r) > 1 else r}
+
+
+def stg_cost_a_tile09(F, N, causal):
+    """_wide_stg's extra time a tile in µs: the difference of the cell's medians, times 132 SMs, over its tiles."""
+    key = "h200_09_stg"
+    d = ms_spread09(F, key, "fp8_per_tensor_wide_stg", N, causal)[0] - ms_spread09(F, key, "fp8_per_tensor_wide_stsm", N, causal)[0]
+    shape = next(r["shape"] for r in F[key] if f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"])
+    heads = int(re.search(r"B=(\d+)", shape).group(1)) * int(re.search(r"H=(\d+)", shape).group(1))
+    tiles = heads * N // 128
+    return d * 1000 * 132 / tiles
+
+
+@prose(CH09, r"by about the same time a tile: ([\d.]+) µs at causal N = 4096, ([\d.]+) µs at\sN = 4096 and ([\d.]+) µs at causal N = 16384 \(the difference of the medians, times 132 SMs, over the\s([\d,]+) tiles of each cell\)\. The fourth cell is one process whose two rounds of `_wide_stg` were (\d+)%\sapart")
+def _(D, F):
+    r = rounds_by_process09(F, "h200_09_stg", "fp8_per_tensor_wide_stg", 16384, False)
+    return [stg_cost_a_tile09(F, 4096, True), stg_cost_a_tile09(F, 4096, False), stg_cost_a_tile09(F, 16384, True), 2048,
+            100 * (max(r) / min(r) - 1)]
+
+
+@prose(CH09, r"Nsight Compute\scounted ([\d.]+) million sectors for ([\d.]+) million store instructions in one launch, (\d+) for each of O's\sstores, ([\d.]+) of each sector's 32 bytes used \(\[ncu_wide_stg\.txt\].*?The extra sectors, about (\d+) thousand an\sSM, against (\d+) µs more in the same launch")
+def _(D, F):
+    g, s = F["h200_09_stg_ncu"]["fp8_per_tensor_wide_stg"], F["h200_09_stg_ncu"]["fp8_per_tensor_wide_stsm"]
+    sectors, st = "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "smsp__inst_executed_op_global_st.sum"
+    assert s[sectors] == s[st], "one sector a store in _wide_stsm"
+    o_stores = g[st] - s[st]  # the same L stores in both
+    per_o = (g[sectors] - s[sectors]) / o_stores
+    return [g[sectors] / 1e6, g[st] / 1e6, per_o, g["bytes_used"], (g[sectors] - s[sectors]) / 132 / 1e3,
+            g["duration_us"] - s["duration_us"]]
+
+
+@prose(CH09, r"and O stored from the registers, without the staging, cost (\d+)%\. What is left")
+def _(D, F):
+    return [100 * (1 - statistics.median(stsm_over_h200(F, "h200_09_stg", "fp8_per_tensor_wide_stg", 4096, True)))]
+
+
+@prose(CH09, r"yet the cost a tile is ([\d.]+) µs against ([\d.]+) µs\. A cost\sthe same a tile is the epilogue's")
+def _(D, F):
+    return [stg_cost_a_tile09(F, 4096, False), stg_cost_a_tile09(F, 4096, True)]
 
 
 # pepi_probe_e.csv and pepi_parts.csv: which processes ran which binary (the pepi variant renamed after the run).
@@ -2929,6 +3002,8 @@ def run(root):
         "h200_09_math_probe": read_simple_csv(os.path.join(root, STAGE09_H200, "epilogue_math_probe.csv")),
         "h200_09_math_probe_rebuilt": read_simple_csv(os.path.join(root, STAGE09_H200, "epilogue_math_probe_rebuilt.csv")),
         "h200_09_pepi": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_pepi.csv")),
+        "h200_09_stg": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_stg.csv")),
+        "h200_09_stg_ncu": read_ncu_stg09(os.path.join(root, STAGE09_H200, "ncu_wide_stg.txt")),
         "h200_09_pepi_e": read_simple_csv(os.path.join(root, STAGE09_H200, "pepi_probe_e.csv")),
         "h200_09_pepi_parts": read_simple_csv(os.path.join(root, STAGE09_H200, "pepi_parts.csv")),
         "stage09_micro": read_simple_csv(os.path.join(root, STAGE09, "micro_and_barrier_order.csv")),
