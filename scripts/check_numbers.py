@@ -2451,7 +2451,7 @@ def stsm_runs09(F):
     return [best08_over09(F, k, "fp8_per_tensor_wide_stsm", 4096, True) for k in STSM_RUNS09]
 
 
-@prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_stsm`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs, on the line, and ([\d.]+)–([\d.]+)× in eleven runs on an H200; each cell's figure from its fastest experiment\)")
+@prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_stsm`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs, on the line, and ([\d.]+)–([\d.]+)× in thirteen runs on an H200; each cell's figure from its fastest experiment\)")
 def _(D, F):
     r = best08_over_mask09(F)
     runs = stsm_runs09(F)
@@ -2491,11 +2491,11 @@ def _(D, F):
 
 # --- chapter 09's runs on an H200 (docs/results/h200/) ---
 
-# The eleven H200 runs with _wide_stsm and stage 08 at causal N = 4096, in order (p69, p70, p72, p73, p74, p76,
-# p77, p78, p79, p80, p81).
+# The thirteen H200 runs with _wide_stsm and stage 08 at causal N = 4096, in order (p69, p70, p72, p73, p74, p76,
+# p77, p78, p79, p80, p81, p84, p85).
 STSM_RUNS09_H200 = ("h200_09_sched", "h200_09_probe_dead_pv", "h200_09_probe", "h200_09_split", "h200_09_q2",
                     "h200_09_math_probe", "h200_09_pepi", "h200_09_pepi_e", "h200_09_pepi_parts", "h200_09_math_probe_rebuilt",
-                    "h200_09_stg")
+                    "h200_09_stg", "h200_09_def_first", "h200_09_def_serialised")
 
 
 def best08_over_stsm_h200(F, key):
@@ -2505,12 +2505,12 @@ def best08_over_stsm_h200(F, key):
         statistics.median(m("fp8_per_tensor_wide_stsm"))
 
 
-@prose(CH09, r"over `_wide_stsm` at causal N = 4096 was ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+) in eleven runs \(each the ratio of the run's medians\)\.")
+@prose(CH09, r"over `_wide_stsm` at causal N = 4096 was ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+) and ([\d.]+) in thirteen runs \(each the ratio of the run's medians\)\.")
 def _(D, F):
     return [best08_over_stsm_h200(F, k) for k in STSM_RUNS09_H200]
 
 
-@prose(CH09, r"`_wide_stsm` took ([\d.]+)–([\d.]+) ms in all eleven and stage 08's faster kernel ([\d.]+)–([\d.]+) ms")
+@prose(CH09, r"`_wide_stsm` took ([\d.]+)–([\d.]+) ms in all thirteen and stage 08's faster kernel ([\d.]+)–([\d.]+) ms")
 def _(D, F):
     m = lambda k, v: statistics.median(rounds_by_process09(F, k, v, 4096, True)) if rounds_by_process09(F, k, v, 4096, True) else 9.0  # noqa: E731
     s = [m(k, "fp8_per_tensor_wide_stsm") for k in STSM_RUNS09_H200]
@@ -2644,6 +2644,19 @@ def _(D, F):
 @prose(CH09, r"yet the cost a tile is ([\d.]+) µs against ([\d.]+) µs\. A cost\sthe same a tile is the epilogue's")
 def _(D, F):
     return [stg_cost_a_tile09(F, 4096, False), stg_cost_a_tile09(F, 4096, True)]
+
+
+@prose(CH09, r"Its first two builds ran at\s([\d.]+)–([\d.]+) of `_wide_stsm` at causal N = 4096 \(\[first\]\(results/h200/stage09/wide_def_first\.csv\),\s+\[second\]")
+def _(D, F):
+    r = [x for key in ("h200_09_def_first", "h200_09_def_serialised")
+         for x in stsm_over_h200(F, key, "fp8_per_tensor_wide_def", 4096, True)]
+    return [min(r), max(r)]
+
+
+@prose(CH09, r"probe P bounds it \(([\d.]+)% at causal N = 4096\)")
+def _(D, F):
+    return [100 * (ms_spread09(F, "h200_09_probe", "fp8_per_tensor_wide_stsm", 4096, True)[0] /
+                   ms_spread09(F, "h200_09_probe", "probe_stsm_no_epilogue", 4096, True)[0] - 1)]
 
 
 # pepi_probe_e.csv and pepi_parts.csv: which processes ran which binary (the pepi variant renamed after the run).
@@ -3003,6 +3016,8 @@ def run(root):
         "h200_09_math_probe_rebuilt": read_simple_csv(os.path.join(root, STAGE09_H200, "epilogue_math_probe_rebuilt.csv")),
         "h200_09_pepi": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_pepi.csv")),
         "h200_09_stg": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_stg.csv")),
+        "h200_09_def_first": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_def_first.csv")),
+        "h200_09_def_serialised": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_def_serialised.csv")),
         "h200_09_stg_ncu": read_ncu_stg09(os.path.join(root, STAGE09_H200, "ncu_wide_stg.txt")),
         "h200_09_pepi_e": read_simple_csv(os.path.join(root, STAGE09_H200, "pepi_probe_e.csv")),
         "h200_09_pepi_parts": read_simple_csv(os.path.join(root, STAGE09_H200, "pepi_parts.csv")),
