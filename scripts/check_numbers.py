@@ -2646,14 +2646,14 @@ def _(D, F):
     return [stg_cost_a_tile09(F, 4096, False), stg_cost_a_tile09(F, 4096, True)]
 
 
-@prose(CH09, r"Its first two builds ran at\s([\d.]+)–([\d.]+) of `_wide_stsm` at causal N = 4096 \(\[first\]\(results/h200/stage09/wide_def_first\.csv\),\s+\[second\]")
+@prose(CH09, r"Two earlier builds ran at ([\d.]+)–([\d.]+) of `_wide_stsm` at causal\s+N = 4096 \(\[first\]\(results/h200/stage09/wide_def_first\.csv\),\s+\[second\]")
 def _(D, F):
     r = [x for key in ("h200_09_def_first", "h200_09_def_serialised")
          for x in stsm_over_h200(F, key, "fp8_per_tensor_wide_def", 4096, True)]
     return [min(r), max(r)]
 
 
-@prose(CH09, r"probe P bounds it \(([\d.]+)% at causal N = 4096\)")
+@prose(CH09, r"probe P bounds what that can\s+buy \(([\d.]+)% at causal N = 4096\)")
 def _(D, F):
     return [100 * (ms_spread09(F, "h200_09_probe", "fp8_per_tensor_wide_stsm", 4096, True)[0] /
                    ms_spread09(F, "h200_09_probe", "probe_stsm_no_epilogue", 4096, True)[0] - 1)]
