@@ -2588,24 +2588,25 @@ def _(row, D, F):
             "run 2: `_wide_stsm`, ms (min–max)": s2, "without the store (B)": b, "`_wide_stsm` / B": s2[0] / b[0]}
 
 
-@spec("ch09-pepi", CH09)
-def _(row, D, F):
+def stsm_against_row09(row, F, key, name):
+    """A table of an H200 run: `_wide_stsm` and the experiment `_wide_<name>`, ms (min–max) each, and
+    `_wide_stsm` over it per process (its range, or the one process's)."""
     N = 4096 if "N = 4096" in row["cell"] else 16384
     c = "causal" in row["cell"]
-    r = stsm_over_h200(F, "h200_09_pepi", "fp8_per_tensor_wide_pepi", N, c)
-    return {"`_wide_stsm`: ms (min–max)": ms_spread09(F, "h200_09_pepi", "fp8_per_tensor_wide_stsm", N, c),
-            "`_wide_pepi`: ms (min–max)": ms_spread09(F, "h200_09_pepi", "fp8_per_tensor_wide_pepi", N, c),
-            "`_wide_stsm` / `_wide_pepi`": [min(r), max(r)] if len(r) > 1 else r}
+    r = stsm_over_h200(F, key, f"fp8_per_tensor_wide_{name}", N, c)
+    return {"`_wide_stsm`: ms (min–max)": ms_spread09(F, key, "fp8_per_tensor_wide_stsm", N, c),
+            f"`_wide_{name}`: ms (min–max)": ms_spread09(F, key, f"fp8_per_tensor_wide_{name}", N, c),
+            f"`_wide_stsm` / `_wide_{name}`": [min(r), max(r)] if len(r) > 1 else r}
+
+
+@spec("ch09-pepi", CH09)
+def _(row, D, F):
+    return stsm_against_row09(row, F, "h200_09_pepi", "pepi")
 
 
 @spec("ch09-stg", CH09)
 def _(row, D, F):
-    N = 4096 if "N = 4096" in row["cell"] else 16384
-    c = "causal" in row["cell"]
-    r = stsm_over_h200(F, "h200_09_stg", "fp8_per_tensor_wide_stg", N, c)
-    return {"`_wide_stsm`: ms (min–max)": ms_spread09(F, "h200_09_stg", "fp8_per_tensor_wide_stsm", N, c),
-            "`_wide_stg`: ms (min–max)": ms_spread09(F, "h200_09_stg", "fp8_per_tensor_wide_stg", N, c),
-            "`_wide_stsm` / `_wide_stg`": [min(r), max(r)] if len(r) > 1 else r}
+    return stsm_against_row09(row, F, "h200_09_stg", "stg")
 
 
 def stg_cost_a_tile09(F, N, causal):
