@@ -82,7 +82,8 @@ void set_o_on_tensor_cores(int warpgroups, bool lazy = false);
 //   overlap_log2 (fp8_*_wide_lg2): that with L by lg2.approx, stored after O's TMA store is issued;
 //   overlap_stsm (fp8_*_wide_stsm): that with the epilogue's staging written by stmatrix.
 enum class Wide { off, rung, optimistic, turns, vbar_smem, overlap, overlap_mask, overlap_decoded, overlap_qhalves,
-                  overlap_diagonal, overlap_q_prefetch, overlap_log2, overlap_stsm };
+                  overlap_diagonal, overlap_q_prefetch, overlap_log2, overlap_stsm, overlap_lin };
+// overlap_lin (fp8_*_wide_lin, an experiment on _wide_stsm): P̃'s bytes from fp16's bit pattern, without MUFU.
 void set_wide_key_blocks(Wide kernel, Granularity v_scales = Granularity::tensor);
 // fp8_*_wide_ovl, causal: its tiles in groups of `heads` heads, a group's heaviest first across its
 // heads (FlashAttention-3's LPT order). 0 (the default): the largest group whose K and V take at

@@ -84,7 +84,7 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
   std::printf("09_flash_v3_fp8 accuracy: %s %s, O against float64; inputs N(0,1), outliers: %.3g%% of entries "
               "from N(0,%g^2); seed %llu\n",
               s.text().c_str(), course::name(t), 100.0 * fraction, sigma, static_cast<unsigned long long>(seed));
-  std::printf("%-8s %-22s %12s %12s %12s %12s\n", "inputs", "variant", "rmse (gpu)", "max (gpu)", "rmse (plain)",
+  std::printf("%-8s %-34s %12s %12s %12s %12s\n", "inputs", "variant", "rmse (gpu)", "max (gpu)", "rmse (plain)",
               "max (plain)");
   for (double f : {0.0, fraction}) {
     const NormalInputs n = normal_inputs(s, t, seed, f, sigma);
@@ -93,7 +93,7 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
     auto line = [&](const std::string& variant, const Errors* g, const Errors& p) {
       char a[32] = "n/a", b[32] = "n/a";
       if (g) std::snprintf(a, sizeof a, "%.3e", g->rmse), std::snprintf(b, sizeof b, "%.3e", g->max_abs);
-      std::printf("%-8s %-22s %12s %12s %12.3e %12.3e\n", label, variant.c_str(), a, b, p.rmse, p.max_abs);
+      std::printf("%-8s %-34s %12s %12s %12.3e %12.3e\n", label, variant.c_str(), a, b, p.rmse, p.max_abs);
     };
     const Errors plain16 = errors(plain_16bit(s, n.Q, n.K, n.V, t), ref);
     std::unique_ptr<Errors> g16;
@@ -122,6 +122,30 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
       }
 #endif
       line("fp8_" + scheme.name(), g8.get(), errors(plain_fp8(s, q, t), ref));
+    }
+    // The wide kernels (d = 128, V's descale per tensor and V centred): _wide_stsm, and _wide_lin, whose P̃ comes
+    // from fp16 bit patterns instead of the exponential unit. Plain: plain FP8 of the same (centred) scheme.
+    for (const Scheme& per_tensor : schemes()) {
+      if (per_tensor.granularity != Granularity::tensor || s.d != 128) continue;
+      const Scheme scheme = centred(per_tensor);
+      const QuantizedInputs q = quantize_inputs(s, n.Q, n.K, n.V, scheme, seed);
+      for (const auto& [kernel, tag] : {std::pair{fp8::Wide::overlap_stsm, "_wide_stsm"}, std::pair{fp8::Wide::overlap_lin, "_wide_lin"}}) {
+        std::unique_ptr<Errors> g8;
+#if COURSE_HAS_HOPPER
+        if (gpu) {
+          DeviceRun dev(s, t, in);
+          Fp8Buffers b(s);
+          dev.poison();
+          launch_quantize(s, t, scheme, q.signs, dev.q(), dev.k(), dev.v(), b.view());
+          check_quantized(b.view());
+          fp8::set_wide_key_blocks(kernel, Granularity::tensor);
+          launch_attention(s, t, b.view(), dev.o(), dev.L.get());
+          fp8::set_wide_key_blocks(fp8::Wide::off, Granularity::tensor);
+          g8 = std::make_unique<Errors>(errors(dev.O_values(t), ref));
+        }
+#endif
+        line("fp8_" + per_tensor.name() + tag, g8.get(), errors(plain_fp8(s, q, t), ref));
+      }
     }
   }
   if (!gpu) std::printf("gpu columns n/a: %s\n", why_no_hopper().empty() ? "no GPU" : why_no_hopper().c_str());
@@ -240,12 +264,13 @@ int main(int argc, char** argv) {
     // from the producer; fp8_<scheme>_wide_qh, that with Q in two halves, one a warpgroup;
     // fp8_<scheme>_wide_diag, that with the causal diagonal's steps past a warp's rows skipped; and
     // fp8_<scheme>_wide_pfq, that with each tile's first Q half prefetched into L2; fp8_<scheme>_wide_lg2,
-    // that with L by lg2.approx; and fp8_<scheme>_wide_stsm, that with the epilogue's staging by stmatrix.
+    // that with L by lg2.approx; fp8_<scheme>_wide_stsm, that with the epilogue's staging by stmatrix; and
+    // fp8_<scheme>_wide_lin, that with P̃'s bytes from fp16's bit pattern instead of the exponential unit.
     std::vector<std::string> known = variants;
     known.push_back(std::string("08_") + kStage08LptRung);  // stage 08's experiment: causal tiles in the LPT order
     const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns",
                                      "_wide_epi", "_wide_ovl", "_wide_mask", "_wide_dec", "_wide_qh", "_wide_diag",
-                                     "_wide_pfq", "_wide_lg2", "_wide_stsm"};
+                                     "_wide_pfq", "_wide_lg2", "_wide_stsm", "_wide_lin"};
     for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
       known.push_back("quant_" + centred(s).name());
@@ -315,6 +340,7 @@ int main(int argc, char** argv) {
                                         : ends("_wide_pfq")   ? fp8::Wide::overlap_q_prefetch
                                         : ends("_wide_lg2")   ? fp8::Wide::overlap_log2
                                         : ends("_wide_stsm")  ? fp8::Wide::overlap_stsm
+                                        : ends("_wide_lin")   ? fp8::Wide::overlap_lin
                                                               : fp8::Wide::off;
           const bool wide = wide_kernel != fp8::Wide::off;
           [[maybe_unused]] const bool wide_opt = wide_kernel == fp8::Wide::optimistic;
@@ -329,7 +355,8 @@ int main(int argc, char** argv) {
           const bool overlap = wide_kernel == W::overlap || wide_kernel == W::overlap_mask ||
                                wide_kernel == W::overlap_decoded || wide_kernel == W::overlap_qhalves ||
                                wide_kernel == W::overlap_diagonal || wide_kernel == W::overlap_q_prefetch ||
-                               wide_kernel == W::overlap_log2 || wide_kernel == W::overlap_stsm;
+                               wide_kernel == W::overlap_log2 || wide_kernel == W::overlap_stsm ||
+                               wide_kernel == W::overlap_lin;
           const bool lpt08 = name == std::string("08_") + kStage08LptRung;
           if ((overlap || lpt08) && head_group > 0) row_name += "_hg" + std::to_string(head_group);
           course::Row row = bench.row(row_name,
