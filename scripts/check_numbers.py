@@ -24,6 +24,7 @@ exits 1, or prints a summary and exits 0. Standard library only (csv, re), so th
 CPU test (CTest: check_numbers, label cpu).
 """
 import argparse
+import ast
 import csv
 import statistics
 import math
@@ -1789,6 +1790,40 @@ def read_accuracy09(path):
     return out
 
 
+def read_runs09(paths):
+    """Several runs' CSVs as one: each row's process prefixed by its run's number (1a, 1b, ..., 2a, ...)."""
+    rows = []
+    for i, path in enumerate(paths):
+        for r in read_simple_csv(path):
+            r["process"] = f"{i + 1}{r['process']}"
+            rows.append(r)
+    return rows
+
+
+def read_sass_counts09(path):
+    """[{kernel tag: {opcode: count}}, ...] from the SASS count lines ("stsm {'all': 5728, ...}"), one dict a run."""
+    runs = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("## "):
+                runs.append({})
+            m = re.match(r"(\w+) (\{.*\})$", line.strip())
+            if m and runs:
+                runs[-1][m.group(1)] = ast.literal_eval(m.group(2))
+    return runs
+
+
+def read_mufu_bench09(path):
+    """{name: [(instructions a clock an SM, values a clock an SM), ...]} from mufu_ex2_bench.txt, one entry a pass."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"(\S.*?)\s+instructions/clk/SM ([\d.]+)\s+values/clk/SM ([\d.]+)", line)
+            if m:
+                out.setdefault(m.group(1).strip(), []).append((float(m.group(2)), float(m.group(3))))
+    return out
+
+
 def read_bias09(path):
     """The failing check before the fresh accumulator: its summary, first mismatch and table rows."""
     with open(path, encoding="utf-8") as f:
@@ -2518,7 +2553,7 @@ def _(D, F):
     return [min(s), max(s), min(b), max(b)]
 
 
-@prose(CH09, r"on the\s+H100 and ([\d.]+)–([\d.]+) on the H200: on the line, or just under it")
+@prose(CH09, r"on the H100 and ([\d.]+)–([\d.]+) on the H200, and\s+every change to the tile's end")
 def _(D, F):
     runs = [best08_over_stsm_h200(F, k) for k in STSM_RUNS09_H200]
     return [min(runs), max(runs)]
@@ -2609,6 +2644,105 @@ def _(row, D, F):
     return stsm_against_row09(row, F, "h200_09_stg", "stg")
 
 
+@prose(CH09, r"\): 0\.987–0\.994 at causal\sN = 4096, ([\d.]+)–([\d.]+) at N = 4096, ([\d.]+)–([\d.]+) at causal N = 16384\.")
+def _(D, F):
+    r = [stsm_over_h200(F, "h200_09_def", "fp8_per_tensor_wide_def", N, c) for N, c in ((4096, False), (16384, True))]
+    return [min(r[0]), max(r[0]), min(r[1]), max(r[1])]
+
+
+@prose(CH09, r"at odd shapes,\s\[wide_def_odd_shapes\.txt\]\(results/h200/stage09/wide_def_odd_shapes\.txt\)\): ([\d.]+)–([\d.]+) at causal")
+def _(D, F):
+    r = stsm_over_h200(F, "h200_09_def", "fp8_per_tensor_wide_def", 4096, True)
+    return [min(r), max(r)]
+
+
+@prose(CH09, r"measured ([\d.]+)–([\d.]+) at causal N = 4096 and ([\d.]+)–([\d.]+) at N = 4096\s\(\[wide_def2\.csv\]")
+def _(D, F):
+    r = [stsm_over_h200(F, "h200_09_def2", "fp8_per_tensor_wide_def", 4096, c) for c in (True, False)]
+    return [min(r[0]), max(r[0]), min(r[1]), max(r[1])]
+
+
+def lin_process_ratios09(F, N, causal, numerator):
+    """_wide_lin's two runs: `numerator` (a kernel, or "08": stage 08's faster in that process) over _wide_lin, per process."""
+    key = "h200_09_lin"
+    procs = sorted({r["process"] for r in F[key] if f" N={N} " in r["shape"] and f"causal={int(causal)}" in r["shape"]})
+    m = lambda v, p: label_median09(F, key, v, N, causal, p)  # noqa: E731
+    top = (lambda p: min(m("08_tuned", p), m("08_tuned_lpt", p))) if numerator == "08" else (lambda p: m(numerator, p))
+    return [top(p) / m("fp8_per_tensor_wide_lin", p) for p in procs]
+
+
+@spec("ch09-lin", CH09)
+def _(row, D, F):
+    key = "h200_09_lin"
+    N = 4096 if "N = 4096" in row["cell"] else 16384
+    c = "causal" in row["cell"]
+    best = min(("08_tuned", "08_tuned_lpt"), key=lambda v: ms_spread09(F, key, v, N, c)[0])
+    lin = ms_spread09(F, key, "fp8_per_tensor_wide_lin", N, c)
+    flops = next(float(r["flops"]) for r in F[key] if r["variant"] == "fp8_per_tensor_wide_lin" and f" N={N} " in r["shape"]
+                 and f"causal={int(c)}" in r["shape"])
+    r, b = lin_process_ratios09(F, N, c, "fp8_per_tensor_wide_stsm"), lin_process_ratios09(F, N, c, "08")
+    return {"stage 08's faster: ms (min–max)": ms_spread09(F, key, best, N, c),
+            "`_wide_stsm`: ms (min–max)": ms_spread09(F, key, "fp8_per_tensor_wide_stsm", N, c),
+            "`_wide_lin`: ms (min–max)": lin,
+            "`_wide_stsm` / `_wide_lin`": [min(r), max(r)], "stage 08's faster / `_wide_lin`": [min(b), max(b)],
+            "`_wide_lin`: TFLOP/s": flops / (lin[0] * 1e-3) / 1e12}
+
+
+@prose(CH09, r"Measured so far only on an H200, it is ([\d.]+)–([\d.]+)× stage 08 at its best in all four d = 128 cells,\sfor (\d+)% more RMSE on N\(0, 1\) inputs\.")
+def _(D, F):
+    r = [x for N in (4096, 16384) for c in (False, True) for x in lin_process_ratios09(F, N, c, "08")]
+    a = F["h200_09_lin_accuracy"]
+    return [min(r), max(r), 100 * (a[("normal", "fp8_per_tensor_wide_lin")][0] / a[("normal", "fp8_per_tensor_wide_stsm")][0] - 1)]
+
+
+@prose("README.md", r"is ([\d.]+)–([\d.]+)× stage 08 at its best in all four d = 128 cells on an H200, for (\d+)% more RMSE, not yet run on an H100")
+def _(D, F):
+    r = [x for N in (4096, 16384) for c in (False, True) for x in lin_process_ratios09(F, N, c, "08")]
+    a = F["h200_09_lin_accuracy"]
+    return [min(r), max(r), 100 * (a[("normal", "fp8_per_tensor_wide_lin")][0] / a[("normal", "fp8_per_tensor_wide_stsm")][0] - 1)]
+
+
+@spec("ch09-lin-accuracy", CH09)
+def _(row, D, F):
+    a = F["h200_09_lin_accuracy"]
+    inputs = "normal" if row["inputs"].startswith("N(0") else "outliers"
+    i = 0 if row["error of O"] == "RMSE" else 1
+    v = lambda name: a[(inputs, name)][i]  # noqa: E731
+    return {"`_wide_stsm`, per tensor": v("fp8_per_tensor_wide_stsm"), "`_wide_lin`, per tensor": v("fp8_per_tensor_wide_lin"),
+            "`_wide_stsm`, + Hadamard": v("fp8_per_tensor_hadamard_wide_stsm"),
+            "`_wide_lin`, + Hadamard": v("fp8_per_tensor_hadamard_wide_lin")}
+
+
+@prose(CH09, r"The RMSE rises (\d+)% on N\(0, 1\) and (\d+)–(\d+)% on the outlier inputs, where the quantisation of Q, K and V\sdominates; the largest error on N\(0, 1\) rises by (\d+)–(\d+)%\. FA-3's remedies keep their effect \(([\d.]+)×\sless RMSE with the Hadamard transform")
+def _(D, F):
+    a = F["h200_09_lin_accuracy"]
+    g = lambda i, name: a[i][0]  # noqa: E731
+    rise = lambda inputs, t, j: a[(inputs, f"fp8_{t}_wide_lin")][j] / a[(inputs, f"fp8_{t}_wide_stsm")][j] - 1  # noqa: E731
+    n = [rise("normal", t, 0) for t in ("per_tensor", "per_tensor_hadamard")]
+    o = [rise("outliers", t, 0) for t in ("per_tensor", "per_tensor_hadamard")]
+    mx = [rise("normal", t, 1) for t in ("per_tensor", "per_tensor_hadamard")]
+    h = [a[("outliers", f"fp8_per_tensor_wide_{k}")][0] / a[("outliers", f"fp8_per_tensor_hadamard_wide_{k}")][0] for k in ("stsm", "lin")]
+    assert abs(n[0] - n[1]) < 0.005 and abs(h[0] - h[1]) < 0.05, (n, h)
+    return [100 * n[0], 100 * min(o), 100 * max(o), 100 * min(mx), 100 * max(mx), h[0]]
+
+
+@prose(CH09, r"the kernel's (\d+) `MUFU\.EX2` become (\d+) \(the rescales' α\); each exponential's FFMA becomes an\s`FFMA\.SAT` with one more FFMA after it \((\d+) more FFMAs\), and there are (\d+) more `PRMT`: ([\d,]+)\sinstructions against ([\d,]+)\.")
+def _(D, F):
+    runs = F["h200_09_lin_sass"]
+    assert runs[0] == runs[1], "the two runs' SASS counts differ"
+    a, b = runs[0]["stsm"], runs[0]["lin"]
+    assert b["FFMA.SAT"] == 512
+    return [a["MUFU.EX2"], b["MUFU.EX2"], b["FFMA"] - a["FFMA"], b["PRMT"] - a["PRMT"], b["all"], a["all"]]
+
+
+@prose(CH09, r"measures the unit: ([\d.]+) `ex2\.approx\.f32` a\sclock per SM, and ([\d.]+) packed instructions, which is again ([\d.]+) exponentials\.")
+def _(D, F):
+    m = F["h200_09_mufu"]
+    f32, f16, bf16 = m["ex2.approx.ftz.f32"], m["ex2.approx.f16x2"], m["ex2.approx.ftz.bf16x2"]
+    assert len({x for x, _ in f16 + bf16}) == 1 and len({x for x, _ in f32}) == 1
+    return [f32[0][0], f16[0][0], f16[0][1]]
+
+
 def stg_cost_a_tile09(F, N, causal):
     """_wide_stg's extra time a tile in µs: the difference of the cell's medians, times 132 SMs, over its tiles."""
     key = "h200_09_stg"
@@ -2637,17 +2771,12 @@ def _(D, F):
             g["duration_us"] - s["duration_us"]]
 
 
-@prose(CH09, r"and O stored from the registers, without the staging, cost (\d+)%\. What is left")
-def _(D, F):
-    return [100 * (1 - statistics.median(stsm_over_h200(F, "h200_09_stg", "fp8_per_tensor_wide_stg", 4096, True)))]
-
-
 @prose(CH09, r"yet the cost a tile is ([\d.]+) µs against ([\d.]+) µs\. A cost\sthe same a tile is the epilogue's")
 def _(D, F):
     return [stg_cost_a_tile09(F, 4096, False), stg_cost_a_tile09(F, 4096, True)]
 
 
-@prose(CH09, r"Two earlier builds ran at ([\d.]+)–([\d.]+) of `_wide_stsm` at causal\s+N = 4096 \(\[first\]\(results/h200/stage09/wide_def_first\.csv\),\s+\[second\]")
+@prose(CH09, r"Two earlier builds ran at ([\d.]+)–([\d.]+) with every wgmma serialised by ptxas\s+\(\[first\]\(results/h200/stage09/wide_def_first\.csv\),\s+\[second\]")
 def _(D, F):
     r = [x for key in ("h200_09_def_first", "h200_09_def_serialised")
          for x in stsm_over_h200(F, key, "fp8_per_tensor_wide_def", 4096, True)]
@@ -2700,11 +2829,6 @@ def _(D, F):
 @prose(CH09, r"it ran at ([\d.]+) of `_wide_stsm`'s speed, and it was level\sonly where a tile has 64 key blocks")
 def _(D, F):
     return [statistics.median(stsm_over_h200(F, "h200_09_pepi", "fp8_per_tensor_wide_pepi", 4096, True))]
-
-
-@prose(CH09, r"handed to the producer's warps, the arithmetic and the store cost (\d+)% of the speed\s+instead")
-def _(D, F):
-    return [100 * (1 - statistics.median(stsm_over_h200(F, "h200_09_pepi", "fp8_per_tensor_wide_pepi", 4096, True)))]
 
 
 @prose(CH09, r"Probe A puts it at about ([\d.]+)% at causal N = 4096, within the schedule's noise\.")
@@ -3019,6 +3143,12 @@ def run(root):
         "h200_09_stg": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_stg.csv")),
         "h200_09_def_first": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_def_first.csv")),
         "h200_09_def_serialised": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_def_serialised.csv")),
+        "h200_09_def": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_def.csv")),
+        "h200_09_def2": read_simple_csv(os.path.join(root, STAGE09_H200, "wide_def2.csv")),
+        "h200_09_lin": read_runs09([os.path.join(root, STAGE09_H200, f) for f in ("wide_lin.csv", "wide_lin_2.csv")]),
+        "h200_09_lin_accuracy": read_accuracy09(os.path.join(root, STAGE09_H200, "accuracy_lin.txt")),
+        "h200_09_lin_sass": read_sass_counts09(os.path.join(root, STAGE09_H200, "wide_lin_sass.txt")),
+        "h200_09_mufu": read_mufu_bench09(os.path.join(root, STAGE09_H200, "mufu_ex2_bench.txt")),
         "h200_09_stg_ncu": read_ncu_stg09(os.path.join(root, STAGE09_H200, "ncu_wide_stg.txt")),
         "h200_09_pepi_e": read_simple_csv(os.path.join(root, STAGE09_H200, "pepi_probe_e.csv")),
         "h200_09_pepi_parts": read_simple_csv(os.path.join(root, STAGE09_H200, "pepi_parts.csv")),
