@@ -107,8 +107,8 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
     }
 #endif
     line(std::string("16-bit (08 ") + kStage08Rung + ")", g16.get(), plain16);
-    for (const Scheme& scheme : schemes()) {
-      const QuantizedInputs q = quantize_inputs(s, n.Q, n.K, n.V, scheme, seed);
+    // An FP8 kernel's errors on these inputs (Wide::off: the default kernel; else a wide experiment); null without a GPU.
+    auto gpu_fp8 = [&](const Scheme& scheme, const QuantizedInputs& q, fp8::Wide kernel) {
       std::unique_ptr<Errors> g8;
 #if COURSE_HAS_HOPPER
       if (gpu) {
@@ -117,11 +117,19 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
         dev.poison();
         launch_quantize(s, t, scheme, q.signs, dev.q(), dev.k(), dev.v(), b.view());
         check_quantized(b.view());
+        fp8::set_wide_key_blocks(kernel, Granularity::tensor);
         launch_attention(s, t, b.view(), dev.o(), dev.L.get());
+        fp8::set_wide_key_blocks(fp8::Wide::off, Granularity::tensor);
         g8 = std::make_unique<Errors>(errors(dev.O_values(t), ref));
       }
+#else
+      (void)scheme, (void)q, (void)kernel;
 #endif
-      line("fp8_" + scheme.name(), g8.get(), errors(plain_fp8(s, q, t), ref));
+      return g8;
+    };
+    for (const Scheme& scheme : schemes()) {
+      const QuantizedInputs q = quantize_inputs(s, n.Q, n.K, n.V, scheme, seed);
+      line("fp8_" + scheme.name(), gpu_fp8(scheme, q, fp8::Wide::off).get(), errors(plain_fp8(s, q, t), ref));
     }
     // The wide kernels (d = 128, V's descale per tensor and V centred): _wide_stsm, and _wide_lin, whose P̃ comes
     // from fp16 bit patterns instead of the exponential unit. Plain: plain FP8 of the same (centred) scheme.
@@ -129,23 +137,8 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
       if (per_tensor.granularity != Granularity::tensor || s.d != 128) continue;
       const Scheme scheme = centred(per_tensor);
       const QuantizedInputs q = quantize_inputs(s, n.Q, n.K, n.V, scheme, seed);
-      for (const auto& [kernel, tag] : {std::pair{fp8::Wide::overlap_stsm, "_wide_stsm"}, std::pair{fp8::Wide::overlap_lin, "_wide_lin"}}) {
-        std::unique_ptr<Errors> g8;
-#if COURSE_HAS_HOPPER
-        if (gpu) {
-          DeviceRun dev(s, t, in);
-          Fp8Buffers b(s);
-          dev.poison();
-          launch_quantize(s, t, scheme, q.signs, dev.q(), dev.k(), dev.v(), b.view());
-          check_quantized(b.view());
-          fp8::set_wide_key_blocks(kernel, Granularity::tensor);
-          launch_attention(s, t, b.view(), dev.o(), dev.L.get());
-          fp8::set_wide_key_blocks(fp8::Wide::off, Granularity::tensor);
-          g8 = std::make_unique<Errors>(errors(dev.O_values(t), ref));
-        }
-#endif
-        line("fp8_" + per_tensor.name() + tag, g8.get(), errors(plain_fp8(s, q, t), ref));
-      }
+      for (const auto& [kernel, tag] : {std::pair{fp8::Wide::overlap_stsm, "_wide_stsm"}, std::pair{fp8::Wide::overlap_lin, "_wide_lin"}})
+        line("fp8_" + per_tensor.name() + tag, gpu_fp8(scheme, q, kernel).get(), errors(plain_fp8(s, q, t), ref));
     }
   }
   if (!gpu) std::printf("gpu columns n/a: %s\n", why_no_hopper().empty() ? "no GPU" : why_no_hopper().c_str());
