@@ -394,9 +394,9 @@ TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one af
 // takes the mask and the softmax of the tile's first block, and the other cases keep the old one.
 // _wide_lg2 and _wide_stsm (L by lg2.approx; the staging by stmatrix) on the same cases: large logits and rising
 // keys give L its widest range. _wide_lin (P̃'s bytes from fp16 bit patterns, without MUFU) too: its P̃ carries the
-// linear mantissa's error (up to ±4.3% after centring) beside e4m3's rounding (up to 6.25%), within the bound's factor
-// of two over plain FP8 (a CPU model: P̃'s error rms 3.3% against 2.7%); large logits send scores below 2^-15 of
-// the row's max, which the clamp (FFMA.SAT) must turn into zeros, never into another pattern's byte.
+// linear mantissa's error (about ±3% after centring) beside e4m3's rounding (up to 6.25%), within the bound's factor
+// of two over plain FP8 (a CPU model: P̃'s error rms 3.3% against 2.7%); large logits send P̃ below 2^-15 (far below
+// the row's max), which the clamp (FFMA.SAT) must turn into zeros, never into another pattern's byte.
 TEST_CASE("the experiments _wide_mask, _wide_diag, _wide_lg2, _wide_stsm and _wide_lin keep the bound") {
   const bool sanitizer = softmax::testing::under_sanitizer();
   for (fp8::Wide kernel : {fp8::Wide::overlap_mask, fp8::Wide::overlap_diagonal, fp8::Wide::overlap_log2,
