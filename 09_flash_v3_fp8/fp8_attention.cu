@@ -418,9 +418,12 @@ __device__ inline void store_p(const uint32_t (&P)[Bc / 32][4], uint32_t Ps, int
 // kLazy (an experiment, FlashAttention-4's lazy rescale): m moves only when the block's max passes it
 // by more than kLazyTau (log₂ units); otherwise alpha is exactly 1 and o needs no rescale. P̃ is then at
 // most 2^(8 + kLazyTau), inside e4m3's 448 = 2^8.8.
+// kLin (fp8_*_lin, the experiment of wide_lin on this kernel): S left as lin_t's floats, which pack_p<kBc, true>
+// turns into P̃'s bytes; l must then come from the tensor cores (kSum false).
 constexpr float kLazyTau = 0.8f;
-template <int kPolyEvery, bool kSum, int NT, bool kLazy = false>
+template <int kPolyEvery, bool kSum, int NT, bool kLazy = false, bool kLin = false>
 __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], float cj, float (&alpha)[2]) {
+  static_assert(!(kLin && (kSum || kPolyEvery > 0)), "P̃ by fp16's bit pattern: l on the tensor cores, no polynomial");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float v[4] = {S[0][2 * h], S[0][2 * h + 1], S[1][2 * h], S[1][2 * h + 1]};
@@ -435,6 +438,15 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
     alpha[h] = ptx::exp2_approx(m[h] - shift);
     m[h] = m_new;
     const float base = shift - 8.0f;  // P̃ · 2^8
+    if constexpr (kLin) {
+      const float base2[2] = {base, base};
+      const LinP lp(cj, cj, base2);
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) S[n][e] = lin_t(S[n][e], lp.a[0], lp.b[0]);
+      continue;
+    }
     float sum[4] = {};
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -454,7 +466,7 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
 }
 
 template <class T, int D, int kStages, int kPolyEvery, bool kSumByMma, bool kPSmem,
-          int kWG = consumer_warpgroups<D>(), bool kAccTC = false, bool kLazy = false>
+          int kWG = consumer_warpgroups<D>(), bool kAccTC = false, bool kLazy = false, bool kLin = false>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     flash_v3_fp8(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                  const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO, tc::Params p,
@@ -571,10 +583,10 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         else issue_pv<NV>(acc, P, at(pipe.Vt(k_)), !kAccTC);
       };
       auto make_p = [&](int k_) {
-        pack_p(S[0], P);
+        pack_p<kBc, kLin>(S[0], P);
         if constexpr (kPSmem) store_p(P, at(pipe.P(cwg, k_)), cwarp % 4);
       };
-      softmax_scores<kPolyEvery, !kSumByMma, NT, kLazy>(S[0], m, l, cq * k_scale(blocks - 1 - b0), alpha);
+      softmax_scores<kPolyEvery, !kSumByMma, NT, kLazy, kLin>(S[0], m, l, cq * k_scale(blocks - 1 - b0), alpha);
       make_p(it + b0);
       // kSumByMma: l = l·(f·u) + the block's row sum, as soon as P̃·V is complete, so that the row
       // sums' registers are free again before the next turn (at the turn, S, o, oj and P̃ are all
@@ -618,7 +630,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         pipe.release_k(k);
         if (b == blocks - 1) pipe.release_q();
         mask(b);
-        softmax_scores<kPolyEvery, !kSumByMma, NT, kLazy>(S[0], m, l, cj, alpha);
+        softmax_scores<kPolyEvery, !kSumByMma, NT, kLazy, kLin>(S[0], m, l, cj, alpha);
         const float units = sv / sv_j;  // o owes alpha and the step to units of sv_j (1 per tensor)
         if constexpr (kSumByMma) u_next = sv_j / sv;
         sv = sv_j;
@@ -1475,6 +1487,7 @@ int acc_tc_warpgroups = 0;            // set_o_on_tensor_cores
 bool acc_tc_lazy = false;
 Wide wide = Wide::off;                // set_wide_key_blocks
 int head_group = 0;                   // set_head_group
+bool lin_p = false;                   // set_lin_p
 
 }  // namespace
 
@@ -1501,6 +1514,8 @@ void set_wide_key_blocks(Wide kernel, Granularity v_scales) {
   wide = kernel;
 }
 
+void set_lin_p(bool on) { lin_p = on; }
+
 void set_head_group(int heads) {
   course::require(heads >= 0, "fp8: the head group of the tile order is a count of heads (0: chosen by size)");
   head_group = heads;
@@ -1524,7 +1539,7 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
   const bool wide_blocks = wide != Wide::off;
   const bool poly_ok = poly_every == 0 || wide == Wide::optimistic;  // the polynomial: _wide_opt only
   course::require(!wide_blocks || (s.d == 128 && acc_tc_warpgroups == 0 && poly_ok && row_sum_by_mma &&
-                                   p_operand == POperand::by_d),
+                                   p_operand == POperand::by_d && !lin_p),
                   "fp8: key blocks of 256 run at d = 128, on their own (no other experiment or ablation; "
                   "the optimistic max takes --exp2-poly-every)");
   const int Bc = wide_blocks ? kBcWide : kBc;
@@ -1545,7 +1560,7 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     constexpr bool kP = D == 128, kLz = decltype(lazy)::value;
     const size_t bytes = Smem<D, kStages, 64 * kWG, false, kP>::kBytes;
     const auto kernel = flash_v3_fp8<T, D, kStages, 0, false, kP, kWG, true, kLz>;
-    course::require(row_sum_by_mma && poly_every == 0 && p_operand == POperand::by_d,
+    course::require(row_sum_by_mma && poly_every == 0 && p_operand == POperand::by_d && !lin_p,
                     "fp8: O on the tensor cores runs with the default kernel only");
     course::require_shared_memory(bytes, "fp8 (O on the tensor cores) at d = " + std::to_string(D));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
@@ -1615,7 +1630,10 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     course::require(row_sum_by_mma || poly_every == 0, "fp8: the polynomial runs with the row sum on the tensor cores only");
     course::require(p_operand == POperand::by_d || (row_sum_by_mma && poly_every == 0),
                     "fp8: P in registers or in shared memory at every d (the ablations) run with the default kernel only");
-    const auto kernel = !row_sum_by_mma ? flash_v3_fp8<T, D, kStages, 0, false, kPByD>
+    course::require(!lin_p || (row_sum_by_mma && poly_every == 0 && p_operand == POperand::by_d),
+                    "fp8: P̃ by fp16's bit pattern (fp8_*_lin) runs with the default kernel only");
+    const auto kernel = lin_p           ? flash_v3_fp8<T, D, kStages, 0, true, kPByD, kWG, false, false, true>
+                        : !row_sum_by_mma ? flash_v3_fp8<T, D, kStages, 0, false, kPByD>
                         : poly_every == 4 ? flash_v3_fp8<T, D, kStages, 4, true, kPByD>
                         : poly_every == 8 ? flash_v3_fp8<T, D, kStages, 8, true, kPByD>
                         : p_smem          ? flash_v3_fp8<T, D, kStages, 0, true, true>

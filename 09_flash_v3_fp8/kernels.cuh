@@ -85,6 +85,10 @@ enum class Wide { off, rung, optimistic, turns, vbar_smem, overlap, overlap_mask
                   overlap_diagonal, overlap_q_prefetch, overlap_log2, overlap_stsm, overlap_lin };
 // overlap_lin (fp8_*_wide_lin, an experiment on _wide_stsm): P̃'s bytes from fp16's bit pattern, without MUFU.
 void set_wide_key_blocks(Wide kernel, Granularity v_scales = Granularity::tensor);
+// An experiment on the default kernel (fp8_*_lin): P̃'s bytes from fp16's bit pattern, as overlap_lin, at
+// d = 64 and 128 and every scheme. false (the default): P̃ by the exponential unit. UsageError with another
+// experiment or ablation.
+void set_lin_p(bool on);
 // fp8_*_wide_ovl, causal: its tiles in groups of `heads` heads, a group's heaviest first across its
 // heads (FlashAttention-3's LPT order). 0 (the default): the largest group whose K and V take at
 // most 16 MB; 1: a head at a time, as the other kernels.

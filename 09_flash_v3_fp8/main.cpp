@@ -108,7 +108,7 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
 #endif
     line(std::string("16-bit (08 ") + kStage08Rung + ")", g16.get(), plain16);
     // An FP8 kernel's errors on these inputs (Wide::off: the default kernel; else a wide experiment); null without a GPU.
-    auto gpu_fp8 = [&](const Scheme& scheme, const QuantizedInputs& q, fp8::Wide kernel) {
+    auto gpu_fp8 = [&](const Scheme& scheme, const QuantizedInputs& q, fp8::Wide kernel, bool lin = false) {
       std::unique_ptr<Errors> g8;
 #if COURSE_HAS_HOPPER
       if (gpu) {
@@ -118,18 +118,23 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
         launch_quantize(s, t, scheme, q.signs, dev.q(), dev.k(), dev.v(), b.view());
         check_quantized(b.view());
         fp8::set_wide_key_blocks(kernel, Granularity::tensor);
+        fp8::set_lin_p(lin);
         launch_attention(s, t, b.view(), dev.o(), dev.L.get());
+        fp8::set_lin_p(false);
         fp8::set_wide_key_blocks(fp8::Wide::off, Granularity::tensor);
         g8 = std::make_unique<Errors>(errors(dev.O_values(t), ref));
       }
 #else
-      (void)scheme, (void)q, (void)kernel;
+      (void)scheme, (void)q, (void)kernel, (void)lin;
 #endif
       return g8;
     };
+    // Each scheme by the default kernel, then (fp8_<scheme>_lin) with P̃'s bytes from fp16's bit pattern.
     for (const Scheme& scheme : schemes()) {
       const QuantizedInputs q = quantize_inputs(s, n.Q, n.K, n.V, scheme, seed);
-      line("fp8_" + scheme.name(), gpu_fp8(scheme, q, fp8::Wide::off).get(), errors(plain_fp8(s, q, t), ref));
+      const Errors plain = errors(plain_fp8(s, q, t), ref);
+      line("fp8_" + scheme.name(), gpu_fp8(scheme, q, fp8::Wide::off).get(), plain);
+      line("fp8_" + scheme.name() + "_lin", gpu_fp8(scheme, q, fp8::Wide::off, true).get(), plain);
     }
     // The wide kernels (d = 128, V's descale per tensor and V centred): _wide_stsm, and _wide_lin, whose P̃ comes
     // from fp16 bit patterns instead of the exponential unit. Plain: plain FP8 of the same (centred) scheme.
@@ -258,10 +263,12 @@ int main(int argc, char** argv) {
     // fp8_<scheme>_wide_diag, that with the causal diagonal's steps past a warp's rows skipped; and
     // fp8_<scheme>_wide_pfq, that with each tile's first Q half prefetched into L2; fp8_<scheme>_wide_lg2,
     // that with L by lg2.approx; fp8_<scheme>_wide_stsm, that with the epilogue's staging by stmatrix; and
-    // fp8_<scheme>_wide_lin, that with P̃'s bytes from fp16's bit pattern instead of the exponential unit.
+    // fp8_<scheme>_wide_lin, that with P̃'s bytes from fp16's bit pattern instead of the exponential unit;
+    // fp8_<scheme>_lin, the same on the default kernel (any d and scheme).
     std::vector<std::string> known = variants;
     known.push_back(std::string("08_") + kStage08LptRung);  // stage 08's experiment: causal tiles in the LPT order
-    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_wide", "_wide_opt", "_wide_turns",
+    // "_lin" before "_wide_lin": a row's suffix is the last of these it ends with.
+    const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_lin", "_wide", "_wide_opt", "_wide_turns",
                                      "_wide_epi", "_wide_ovl", "_wide_mask", "_wide_dec", "_wide_qh", "_wide_diag",
                                      "_wide_pfq", "_wide_lg2", "_wide_stsm", "_wide_lin"};
     for (const Scheme& s : schemes()) {
@@ -336,6 +343,7 @@ int main(int argc, char** argv) {
                                         : ends("_wide_lin")   ? fp8::Wide::overlap_lin
                                                               : fp8::Wide::off;
           const bool wide = wide_kernel != fp8::Wide::off;
+          [[maybe_unused]] const bool lin = ends("_lin") && !wide;  // the default kernel, P̃ by fp16's bit pattern
           [[maybe_unused]] const bool wide_opt = wide_kernel == fp8::Wide::optimistic;
           size_t suffix = 0;
           for (const char* a : ablations)
@@ -392,7 +400,7 @@ int main(int argc, char** argv) {
           else row.flops = s.flops(), row.io_model_bytes = attention_model_bytes(s, fp8_tiles);
 #if COURSE_HAS_HOPPER
           if (bench.use_gpu()) {
-            if ((fadd || preg || psmem || acc_wg != 0 || (wide && !wide_opt)) && poly_every > 0) {
+            if ((fadd || preg || psmem || lin || acc_wg != 0 || (wide && !wide_opt)) && poly_every > 0) {
               notes.push_back(name + ": not run (--exp2-poly-every runs with the default kernel only)");
               bench.add(row);
               continue;
@@ -411,6 +419,7 @@ int main(int argc, char** argv) {
             }
             fp8::set_o_on_tensor_cores(acc_wg, ends("_lazy3"));
             fp8::set_wide_key_blocks(wide_kernel, Granularity::tensor);
+            fp8::set_lin_p(lin);
             try {
               course::require_fits(0.0, flash_v2_device_bytes(s, t) + Fp8Buffers::bytes(s), name + " " + s.text());
             } catch (const course::ResourceError& e) {
@@ -519,6 +528,10 @@ int main(int argc, char** argv) {
         {{"_wide_stsm"},
          "fp8_*_wide_stsm: the experiment _wide_lg2 with the epilogue's staging written by stmatrix (8 a lane, "
          "not 32 stores)"},
+        {{"_lin"},
+         "fp8_*_lin, fp8_*_wide_lin: the experiment: P~'s e4m3 bytes from fp16's bit pattern (two FFMAs and a "
+         "byte permutation a pair of scores) instead of the exponential unit; _lin on the default kernel (any d and "
+         "scheme), _wide_lin on _wide_stsm"},
         {{"_psmem"},
          "fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
          "only)"},

@@ -191,6 +191,42 @@ TEST_CASE("the ablations fp8_*_preg and fp8_*_psmem: P in registers or through s
   }
 }
 
+TEST_CASE("the experiment fp8_*_lin: P̃ from fp16's bit pattern in the default kernel keeps the bound, large logits too") {
+  struct Lin {
+    Lin() { fp8::set_lin_p(true); }
+    ~Lin() { fp8::set_lin_p(false); }
+  } lin;
+  const std::uint64_t seed = course::fresh_seed();
+  CAPTURE(seed);
+  if (softmax::testing::under_sanitizer()) {  // the sanitizers: both d, causal or not, one ragged N, two schemes
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) {
+        const Shape s{1, 2, 129, d, causal};
+        CAPTURE(s.text());
+        for (const Scheme& scheme : {schemes().front(), schemes().back()})
+          check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), scheme, seed);
+      }
+    return;
+  }
+  check_ablation();
+  for (int d : {64, 128}) {
+    CAPTURE(d);
+    const Shape big{2, 2, 513, d, true}, outliers{1, 2, 1000, d, false};
+    for (const Scheme& scheme : schemes()) {
+      const std::string name = scheme.name();
+      CAPTURE(name);
+      check(big, Dtype::bf16, make_inputs(big, Dtype::bf16, seed, 20.0f), scheme, seed);
+      check(outliers, Dtype::fp16, to_inputs(normal_inputs(outliers, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed),
+            scheme, seed);
+    }
+  }
+  // With another experiment: refused, not run.
+  fp8::set_row_sum_by_mma(false);
+  const Shape s{1, 1, 129, 64, false};
+  CHECK_THROWS_AS(run(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), schemes().front(), seed), course::UsageError);
+  fp8::set_row_sum_by_mma(true);
+}
+
 namespace {
 // The experiment O on the tensor cores (set_o_on_tensor_cores), reset when the case ends or throws.
 struct OnTensorCores {
