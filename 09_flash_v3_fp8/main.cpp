@@ -246,6 +246,12 @@ int main(int argc, char** argv) {
   return course::run_program("09_flash_v3_fp8", [&]() -> int {
     std::vector<std::string> variants = {std::string("08_") + kStage08Rung};
     for (const auto& n : scheme_names) variants.push_back("quant_" + n), variants.push_back("fp8_" + n);
+    // The stage's last rungs, per tensor: P̃ without the exponential unit on the default kernel (fp8_per_tensor_lin),
+    // and at d = 128 the wide rung's last experiment with the exponential unit (_wide_stsm) and without it (_wide_lin).
+    if (std::find(scheme_names.begin(), scheme_names.end(), "per_tensor") != scheme_names.end()) {
+      variants.push_back("fp8_per_tensor_lin");
+      if (base.d == 128) variants.push_back("fp8_per_tensor_wide_stsm"), variants.push_back("fp8_per_tensor_wide_lin");
+    }
     // The ablations (run when named, not by default): fp8_<scheme>_preg and _psmem, P̃ as P̃·V's A operand
     // in registers or through shared memory at every d (the default: shared memory at d = 128 only);
     // fp8_<scheme>_fadd, the row sum by FADDs (the kernel before the tensor cores summed it);

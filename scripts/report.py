@@ -888,10 +888,16 @@ def plot_flash_v3(records, out):
 FP8 = "09_flash_v3_fp8"
 FP8_BASE = "08_tuned"  # stage 08's last rung (fp16/bf16), run by stage 09's program on the same inputs
 FP8_SCHEMES = ["fp8_per_tensor", "fp8_per_block", "fp8_per_tensor_hadamard", "fp8_per_block_hadamard"]
+# The stage's last rungs (per tensor): P̃ without the exponential unit on the default kernel; at d = 128 the wide
+# rung's last kernel with the exponential unit, and without it.
+FP8_LAST = ["fp8_per_tensor_lin", "fp8_per_tensor_wide_stsm", "fp8_per_tensor_wide_lin"]
 FP8_STYLE = OrderedDict([
     (FP8_BASE, dict(color="tab:blue", marker="D", label="stage 08 tuned (16-bit)")),
     ("fp8_per_tensor", dict(color="tab:red", marker="o", label="FP8 per tensor")),
     ("fp8_per_block_hadamard", dict(color="tab:purple", marker="s", ls="--", label="FP8 per block + Hadamard")),
+    ("fp8_per_tensor_lin", dict(color="tab:orange", marker="^", ls=":", label="FP8 per tensor, P̃ by bit pattern")),
+    ("fp8_per_tensor_wide_stsm", dict(color="tab:green", marker="v", label="FP8 wide rung (_wide_stsm)")),
+    ("fp8_per_tensor_wide_lin", dict(color="tab:brown", marker="*", label="FP8 wide rung, P̃ by bit pattern")),
 ])
 # Dense FP8 (e4m3) tensor-core peaks, TFLOP/s, from NVIDIA's datasheets (without sparsity), by a piece of
 # the GPU's name, as DENSE_PEAK_TFLOPS.
@@ -960,9 +966,9 @@ def fp8_tables(records):
     recs = attention_records(records, stage=FP8)
     rows = []
     for c in fp8_cells(recs):
-        found = {v: v2_find(recs, v, "fp16", **cell_fields(c)) for v in [FP8_BASE] + FP8_SCHEMES}
+        found = {v: v2_find(recs, v, "fp16", **cell_fields(c)) for v in [FP8_BASE] + FP8_SCHEMES + FP8_LAST}
         value = {v: r and r["tflops"] for v, r in found.items()}
-        best = max(FP8_SCHEMES, key=lambda v: value[v] or 0)
+        best = max(FP8_SCHEMES + FP8_LAST, key=lambda v: value[v] or 0)
         quant = {q: v2_find(recs, q, "fp16", need="ms", **cell_fields(c))
                  for q in ("quant_per_tensor", "quant_per_block_hadamard")}
         attn = found["fp8_per_tensor"]
@@ -971,7 +977,7 @@ def fp8_tables(records):
         per_tensor_quant = quant["quant_per_tensor"] and quant["quant_per_tensor"]["ms"]
         d, causal, N, B, H = c
         rows.append([str(d), str(causal), str(N), str(B), str(H)] +
-                    [tflops_text(found[v]) for v in [FP8_BASE] + FP8_SCHEMES] +
+                    [tflops_text(found[v]) for v in [FP8_BASE] + FP8_SCHEMES + FP8_LAST] +
                     [fmt(ratio(value["fp8_per_tensor"], value[FP8_BASE]), ".2f"),
                      fmt(ratio(value[best], value[FP8_BASE]), ".2f"),
                      percent(value["fp8_per_tensor"], dense_peak_tflops(attn and attn["device"], DENSE_FP8_PEAK_TFLOPS)),
@@ -979,10 +985,12 @@ def fp8_tables(records):
                      percent(per_tensor_quant, attn and attn["ms"]),
                      fmt_bytes(l2[FP8_BASE]), fmt_bytes(l2["fp8_per_tensor"])])
     table = md_table("Stage 09, FP8 attention: TFLOP/s (fp16 inputs and O), B·N = 16384, H·d = 2048; medians of rounds "
-                     "with their min–max where there are several (08_tuned: stage 08's last rung on the same inputs; the "
+                     "with their min–max where there are several (08_tuned: stage 08's last rung on the same inputs; _lin: "
+                     "P̃ by fp16's bit pattern, not the exponential unit; _wide_*: key blocks of 256, d = 128 only; best: "
+                     "the fastest FP8 row; the "
                      "quantisation is timed apart: per tensor / per block + Hadamard, and per tensor as a % of the FP8 "
                      "attention's time; SM↔L2: measured bytes of one call)",
-                     ["d", "causal", "N", "B", "H", FP8_BASE] + FP8_SCHEMES +
+                     ["d", "causal", "N", "B", "H", FP8_BASE] + FP8_SCHEMES + FP8_LAST +
                      ["per tensor / 08", "best / 08", "per tensor % of dense FP8 peak", "quantisation ms",
                       "quant. % of attention", "SM↔L2 08", "SM↔L2 FP8"], rows)
     return "\n" + table if table else ""
