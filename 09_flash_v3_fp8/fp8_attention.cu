@@ -1630,9 +1630,11 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     course::require(row_sum_by_mma || poly_every == 0, "fp8: the polynomial runs with the row sum on the tensor cores only");
     course::require(p_operand == POperand::by_d || (row_sum_by_mma && poly_every == 0),
                     "fp8: P in registers or in shared memory at every d (the ablations) run with the default kernel only");
-    course::require(!lin_p || (row_sum_by_mma && poly_every == 0 && p_operand == POperand::by_d),
-                    "fp8: P̃ by fp16's bit pattern (fp8_*_lin) runs with the default kernel only");
-    const auto kernel = lin_p           ? flash_v3_fp8<T, D, kStages, 0, true, kPByD, kWG, false, false, true>
+    course::require(!lin_p || (row_sum_by_mma && poly_every == 0),
+                    "fp8: P̃ by fp16's bit pattern (fp8_*_lin) runs with the default kernel only (P̃'s operand by d, or "
+                    "through shared memory: fp8_*_lin_psmem)");
+    const auto kernel = lin_p && p_smem   ? flash_v3_fp8<T, D, kStages, 0, true, true, kWG, false, false, true>
+                        : lin_p           ? flash_v3_fp8<T, D, kStages, 0, true, false, kWG, false, false, true>
                         : !row_sum_by_mma ? flash_v3_fp8<T, D, kStages, 0, false, kPByD>
                         : poly_every == 4 ? flash_v3_fp8<T, D, kStages, 4, true, kPByD>
                         : poly_every == 8 ? flash_v3_fp8<T, D, kStages, 8, true, kPByD>

@@ -270,13 +270,14 @@ int main(int argc, char** argv) {
     // fp8_<scheme>_wide_pfq, that with each tile's first Q half prefetched into L2; fp8_<scheme>_wide_lg2,
     // that with L by lg2.approx; fp8_<scheme>_wide_stsm, that with the epilogue's staging by stmatrix; and
     // fp8_<scheme>_wide_lin, that with P̃'s bytes from fp16's bit pattern instead of the exponential unit;
-    // fp8_<scheme>_lin, the same on the default kernel (any d and scheme).
+    // fp8_<scheme>_lin, the same on the default kernel (any d and scheme); fp8_<scheme>_lin_psmem, that with P̃
+    // through shared memory at every d.
     std::vector<std::string> known = variants;
     known.push_back(std::string("08_") + kStage08LptRung);  // stage 08's experiment: causal tiles in the LPT order
     // "_lin" before "_wide_lin": a row's suffix is the last of these it ends with.
     const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_lin", "_wide", "_wide_opt", "_wide_turns",
                                      "_wide_epi", "_wide_ovl", "_wide_mask", "_wide_dec", "_wide_qh", "_wide_diag",
-                                     "_wide_pfq", "_wide_lg2", "_wide_stsm", "_wide_lin"};
+                                     "_wide_pfq", "_wide_lg2", "_wide_stsm", "_wide_lin", "_lin_psmem"};
     for (const Scheme& s : schemes()) {
       for (const char* ablation : ablations) known.push_back("fp8_" + s.name() + ablation);
       known.push_back("quant_" + centred(s).name());
@@ -349,7 +350,8 @@ int main(int argc, char** argv) {
                                         : ends("_wide_lin")   ? fp8::Wide::overlap_lin
                                                               : fp8::Wide::off;
           const bool wide = wide_kernel != fp8::Wide::off;
-          [[maybe_unused]] const bool lin = ends("_lin") && !wide;  // the default kernel, P̃ by fp16's bit pattern
+          // The default kernel, P̃ by fp16's bit pattern (_lin_psmem: with P̃ through shared memory at every d).
+          [[maybe_unused]] const bool lin = (ends("_lin") && !wide) || ends("_lin_psmem");
           [[maybe_unused]] const bool wide_opt = wide_kernel == fp8::Wide::optimistic;
           size_t suffix = 0;
           for (const char* a : ablations)
@@ -534,10 +536,10 @@ int main(int argc, char** argv) {
         {{"_wide_stsm"},
          "fp8_*_wide_stsm: the experiment _wide_lg2 with the epilogue's staging written by stmatrix (8 a lane, "
          "not 32 stores)"},
-        {{"_lin"},
+        {{"_lin", "_lin_psmem"},
          "fp8_*_lin, fp8_*_wide_lin: the experiment: P~'s e4m3 bytes from fp16's bit pattern (two FFMAs and a "
          "byte permutation a pair of scores) instead of the exponential unit; _lin on the default kernel (any d and "
-         "scheme), _wide_lin on _wide_stsm"},
+         "scheme; _lin_psmem: P~ through shared memory at every d), _wide_lin on _wide_stsm"},
         {{"_psmem"},
          "fp8_*_psmem: the ablation: P~ through shared memory at every d (the default does so at d = 128 "
          "only)"},

@@ -209,6 +209,13 @@ TEST_CASE("the experiment fp8_*_lin: P̃ from fp16's bit pattern in the default 
     return;
   }
   check_ablation();
+  {  // fp8_*_lin_psmem: P̃ through shared memory at every d (reset when the block ends or throws)
+    struct Shared {
+      Shared() { fp8::set_p_operand(fp8::POperand::shared); }
+      ~Shared() { fp8::set_p_operand(fp8::POperand::by_d); }
+    } shared;
+    check_ablation();
+  }
   for (int d : {64, 128}) {
     CAPTURE(d);
     const Shape big{2, 2, 513, d, true}, outliers{1, 2, 1000, d, false};
