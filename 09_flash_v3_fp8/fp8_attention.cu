@@ -419,7 +419,12 @@ __device__ inline void store_p(const uint32_t (&P)[Bc / 32][4], uint32_t Ps, int
 // by more than kLazyTau (log₂ units); otherwise alpha is exactly 1 and o needs no rescale. P̃ is then at
 // most 2^(8 + kLazyTau), inside e4m3's 448 = 2^8.8.
 // kLin (fp8_*_lin, the experiment of wide_lin on this kernel): S left as lin_t's floats, which pack_p<kBc, true>
-// turns into P̃'s bytes; l must then come from the tensor cores (kSum false).
+// turns into P̃'s bytes; l must then come from the tensor cores (kSum false). What it should buy: at d = 64 the
+// exponentials take twice the products' time on MUFU (its pipe 71% busy in Nsight Compute), so 1.25-1.6x was
+// predicted there, 1.00-1.10x at d = 128. Measured (H200): 1.12-1.15x at d = 64, 1.04-1.06x at d = 128. At d = 64 the
+// kernel is then bound by its instruction stream (issue slots 54 -> 67% busy): a score costs 4 instructions (FMNMX,
+// two FFMAs, half a PRMT, half an F2FP) where it cost 3.5 with one on MUFU. With P̃ through shared memory at d = 64
+// (fp8_*_lin_psmem: no spill, where this one spills 44 bytes) it was 0.95-0.97x of this: the stores cost more.
 constexpr float kLazyTau = 0.8f;
 template <int kPolyEvery, bool kSum, int NT, bool kLazy = false, bool kLin = false>
 __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], float cj, float (&alpha)[2]) {

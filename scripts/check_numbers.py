@@ -2688,7 +2688,7 @@ def _(row, D, F):
             "`_wide_lin`: TFLOP/s": flops / (lin[0] * 1e-3) / 1e12}
 
 
-@prose(CH09, r"Measured so far only on an H200, it is ([\d.]+)–([\d.]+)× stage 08 at its best in all four d = 128 cells,\sfor (\d+)% more RMSE on N\(0, 1\) inputs\.")
+@prose(CH09, r"Measured so far only on an H200, it is ([\d.]+)–([\d.]+)× stage 08 at its best in all four d = 128 cells,\sfor (\d+)% more RMSE on N\(0, 1\) inputs, and")
 def _(D, F):
     r = [x for N in (4096, 16384) for c in (False, True) for x in lin_process_ratios09(F, N, c, "08")]
     a = F["h200_09_lin_accuracy"]
@@ -2735,6 +2735,210 @@ def _(D, F):
     h = [a[("outliers", f"fp8_per_tensor_wide_{k}")][0] / a[("outliers", f"fp8_per_tensor_hadamard_wide_{k}")][0] for k in ("stsm", "lin")]
     assert abs(n[0] - n[1]) < 0.005 and abs(h[0] - h[1]) < 0.05, (n, h)
     return [100 * n[0], 100 * min(o), 100 * max(o), 100 * min(mx), 100 * max(mx), h[0]]
+
+
+def cell_rows09(rows, variant, d, N, causal, process=None):
+    """A variant's rows in one (d, N, causal) cell of a CSV with both d (optionally one process's)."""
+    return [r for r in rows if r["variant"] == variant and f" d={d} " in r["shape"] and f" N={N} " in r["shape"]
+            and f"causal={int(causal)}" in r["shape"] and (process is None or r["process"] == process)]
+
+
+def lin_default09(F, d, N, causal, top, bottom="fp8_per_tensor_lin"):
+    """lin_default.csv: top over bottom, the ratio of the medians, one a process of the cell."""
+    rows = F["h200_09_lin_default"]
+    procs = sorted({r["process"] for r in cell_rows09(rows, bottom, d, N, causal)})
+    med = lambda v, p: statistics.median(float(r["ms"]) for r in cell_rows09(rows, v, d, N, causal, p))  # noqa: E731
+    return [med(top, p) / med(bottom, p) for p in procs]
+
+
+def range_or_one09(x):
+    """[min, max] of ratios, or the one ratio when there is one (a cell with one process)."""
+    return x[0] if len(x) == 1 else [min(x), max(x)]
+
+
+def cell_of09(row):
+    """(d, N, causal) from a cell 'd = 64, causal, N = 4096'."""
+    return (64 if "d = 64" in row["cell"] else 128, 4096 if "N = 4096" in row["cell"] else 16384, "causal" in row["cell"])
+
+
+@spec("ch09-lin-default", CH09)
+def _(row, D, F):
+    d, N, c = cell_of09(row)
+    rows = F["h200_09_lin_default"]
+    def spread(v):
+        ms = [float(r["ms"]) for r in cell_rows09(rows, v, d, N, c)]
+        return [statistics.median(ms), min(ms), max(ms)]
+    lin = spread("fp8_per_tensor_lin")
+    flops = float(cell_rows09(rows, "fp8_per_tensor_lin", d, N, c)[0]["flops"])
+    return {"stage 08: ms (min–max)": spread("08_tuned"), "default, per tensor: ms (min–max)": spread("fp8_per_tensor"),
+            "`_lin`, per tensor: ms (min–max)": lin,
+            "default / `_lin`": range_or_one09(lin_default09(F, d, N, c, "fp8_per_tensor")),
+            "stage 08 / `_lin`": range_or_one09(lin_default09(F, d, N, c, "08_tuned")),
+            "`_lin`: TFLOP/s": flops / (lin[0] * 1e-3) / 1e12}
+
+
+def main_tflops09(F, variant, d, N, causal):
+    """main_job_p97.csv: a variant's TFLOP/s in one cell (one round), or None where it did not run."""
+    r = cell_rows09(F["h200_09_main"], variant, d, N, causal)
+    return float(r[0]["tflops"]) if r else None
+
+
+@spec("ch09-h200-main", CH09)
+def _(row, D, F):
+    d, N, c = cell_of09(row)
+    names = {"stage 08 `tuned`, fp16": "08_tuned", "FP8 per tensor": "fp8_per_tensor",
+             "per block + Hadamard": "fp8_per_block_hadamard", "`_lin`": "fp8_per_tensor_lin",
+             "`_wide_stsm`": "fp8_per_tensor_wide_stsm", "`_wide_lin`": "fp8_per_tensor_wide_lin"}
+    t = {col: main_tflops09(F, v, d, N, c) for col, v in names.items()}
+    fastest = max(x for col, x in t.items() if col != "stage 08 `tuned`, fp16" and x is not None)
+    out = {col: (NoNumber() if x is None else x) for col, x in t.items()}
+    stsm = t["`_wide_stsm`"]
+    out["`_wide_stsm` / stage 08"] = NoNumber() if stsm is None else stsm / t["stage 08 `tuned`, fp16"]
+    out["fastest / stage 08"] = fastest / t["stage 08 `tuned`, fp16"]
+    return out
+
+
+def main_l2_09(F, variant, d, N=4096, causal=False):
+    """main_job_p97.csv: the bytes between the SMs and L2 of one call (read + write), in GiB."""
+    r = cell_rows09(F["h200_09_main"], variant, d, N, causal)[0]
+    return (float(r["l2_read_bytes"]) + float(r["l2_write_bytes"])) / 2 ** 30
+
+
+@prose(CH09, r"Without it, `_wide_lin`,\s([\d.]+)–([\d.]+)×, is the fastest kernel in every d = 128 cell, and `_lin` at d = 64\. FP8 moves ([\d.]+) of\sstage 08's bytes between the SMs and L2 at d = 128 and ([\d.]+) at d = 64 \(([\d.]+) against ([\d.]+) GiB, ([\d.]+)\sagainst ([\d.]+), at N = 4096\), as on the H100; `_lin` at d = 64 moves ([\d.]+)× the default's")
+def _(D, F):
+    cells = [(N, c) for N in (4096, 16384) for c in (False, True)]
+    v = ("fp8_per_tensor", "fp8_per_block", "fp8_per_tensor_hadamard", "fp8_per_block_hadamard", "fp8_per_tensor_lin",
+         "fp8_per_tensor_wide_stsm", "fp8_per_tensor_wide_lin")
+    for d in (64, 128):
+        for N, c in cells:
+            t = {x: main_tflops09(F, x, d, N, c) for x in v}
+            best = max((x for x in t if t[x] is not None), key=lambda x: t[x])
+            assert best == ("fp8_per_tensor_wide_lin" if d == 128 else "fp8_per_tensor_lin"), (d, N, c, best)
+    r = [main_tflops09(F, "fp8_per_tensor_wide_lin", 128, N, c) / main_tflops09(F, "08_tuned", 128, N, c) for N, c in cells]
+    a128, b128 = main_l2_09(F, "fp8_per_tensor", 128), main_l2_09(F, "08_tuned", 128)
+    a64, b64 = main_l2_09(F, "fp8_per_tensor", 64), main_l2_09(F, "08_tuned", 64)
+    return [min(r), max(r), a128 / b128, a64 / b64, a128, b128, a64, b64,
+            main_l2_09(F, "fp8_per_tensor_lin", 64) / a64]
+
+
+@prose(CH09, r"Against stage 08's last rung the wide rung passes 1\.5× in all four d = 128 cells even with the\sexponential unit")
+def _(D, F):
+    r = [main_tflops09(F, "fp8_per_tensor_wide_stsm", 128, N, c) / main_tflops09(F, "08_tuned", 128, N, c)
+         for N in (4096, 16384) for c in (False, True)]
+    assert min(r) > 1.5, r
+    return []
+
+
+@prose(CH09, r"lifts d = 64 to\s([\d.]+)–([\d.]+)× stage 08 there \(([\d.]+)–([\d.]+)× with the exponential unit\)")
+def _(D, F):
+    cells = [(N, c) for N in (4096, 16384) for c in (False, True)]
+    lin = [x for N, c in cells for x in lin_default09(F, 64, N, c, "08_tuned")]
+    dflt = [a / b for N, c in cells for a, b in zip(lin_default09(F, 64, N, c, "08_tuned"), lin_default09(F, 64, N, c, "fp8_per_tensor"))]
+    return [min(lin), max(lin), min(dflt), max(dflt)]
+
+
+@prose("README.md", r"`_lin`, lifts d = 64 to ([\d.]+)–([\d.]+)× stage 08 on that H200")
+def _(D, F):
+    lin = [x for N in (4096, 16384) for c in (False, True) for x in lin_default09(F, 64, N, c, "08_tuned")]
+    return [min(lin), max(lin)]
+
+
+def read_lin_default_p96(path):
+    """lin_default_p96.txt: the SASS counts ({tag: {opcode: n}}), Nsight Compute's two columns ({row: (default, lin)}),
+    and each kernel's stall samples by opcode ({"default"|"lin": {opcode: % of samples}})."""
+    out = {"sass": {}, "ncu": {}, "stalls": {}}
+    which = None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"(d64|d64_lin|d128|d128_lin) (\{.*\})$", line.strip())
+            if m:
+                out["sass"][m.group(1)] = ast.literal_eval(m.group(2))
+                continue
+            m = re.match(r"(\S.*?)\s{2,}([\d.]+)\s+(\S.*?)\s*$", line)
+            if m:  # the second column may be words ("(not among the top pipes)")
+                second = m.group(3)
+                out["ncu"][m.group(1)] = (float(m.group(2)), float(second) if re.fullmatch(r"[\d.]+", second) else None)
+            m = re.match(r"== src_(fp8_per_tensor(?:_lin)?)\.csv\.gz", line)
+            if m:
+                which = "lin" if m.group(1).endswith("_lin") else "default"
+                out["stalls"][which] = {}
+                continue
+            m = re.match(r"\s+([A-Z][A-Z0-9_]+)\s+([\d.]+)% of samples", line)
+            if m and which:
+                out["stalls"][which][m.group(1)] = float(m.group(2))
+    return out
+
+
+@prose(CH09, r"In the SASS the (\d+) `MUFU\.EX2` of either kernel become (\d+)\.")
+def _(D, F):
+    s = F["h200_09_lin_p96"]["sass"]
+    assert s["d64"]["MUFU.EX2"] == s["d128"]["MUFU.EX2"] and s["d64_lin"]["MUFU.EX2"] == s["d128_lin"]["MUFU.EX2"]
+    return [s["d64"]["MUFU.EX2"], s["d64_lin"]["MUFU.EX2"]]
+
+
+@prose(CH09, r"d = 128 came out as predicted, d = 64 well below: ([\d.]+)–([\d.]+)×\.")
+def _(D, F):
+    r = [x for N in (4096, 16384) for c in (False, True) for x in lin_default09(F, 64, N, c, "fp8_per_tensor")]
+    r128 = [x for N in (4096, 16384) for c in (False, True) for x in lin_default09(F, 128, N, c, "fp8_per_tensor")]
+    assert 1.0 <= min(r128) and max(r128) <= 1.10, r128
+    return [min(r), max(r)]
+
+
+@prose(CH09, r"In the\sdefault kernel the exponential unit's pipe is (\d+)% busy, `MUFU\.EX2` holds (\d+)% of the warps' stall\ssamples, and the issue slots are busy (\d+)% of the cycles.*?the issue slots are busy (\d+)% of the cycles, with the warps' samples on the\sinstructions themselves \(FFMA (\d+)%, the row max's FMNMX (\d+)%\).*?the time fell from (\d+) to (\d+) µs\.")
+def _(D, F):
+    p = F["h200_09_lin_p96"]
+    n, st = p["ncu"], p["stalls"]
+    return [n["pipe XU (MUFU), % of peak"][0], st["default"]["MUFU"], n["Issue slots busy (%)"][0], n["Issue slots busy (%)"][1],
+            st["lin"]["FFMA"], st["lin"]["FMNMX"], n["Duration (us)"][0], n["Duration (us)"][1]]
+
+
+@prose(CH09, r"O's RMSE rises ([\d.]+)–([\d.]+)% on N\(0, 1\)\sfor every scheme at both d, and moves by −([\d.]+)% to \+([\d.]+)% on the outlier inputs")
+def _(D, F):
+    rise = {inp: [] for inp in ("normal", "outliers")}
+    for key in ("h200_09_lin_def_acc128", "h200_09_lin_def_acc64"):
+        a = F[key]
+        for t in ("per_tensor", "per_block", "per_tensor_hadamard", "per_block_hadamard"):
+            for inp in rise:
+                rise[inp].append(100 * (a[(inp, f"fp8_{t}_lin")][0] / a[(inp, f"fp8_{t}")][0] - 1))
+    return [min(rise["normal"]), max(rise["normal"]), -min(rise["outliers"]), max(rise["outliers"])]
+
+
+def read_ptxas_spills(path):
+    """{template arguments: spill store bytes} from ptxas -v lines (lin_default_ptxas.txt)."""
+    out, cur = {}, None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.search(r"flash_v3_fp8<([^>]*)>", line)
+            if m:
+                cur = m.group(1)
+            m = re.search(r"(\d+) bytes spill stores", line)
+            if m and cur:
+                out[cur] = int(m.group(1))
+    return out
+
+
+@prose(CH09, r"`_lin` at d = 64 spills (\d+) bytes a thread\s\(the default spills (\d+)\), and the reloads show: (\d+)% of the warps' samples sit at an `LDL` after a\sbarrier, and the kernel moves ([\d.]+)× the default's bytes")
+def _(D, F):
+    sp = F["h200_09_lin_ptxas"]
+    return [sp["__half, 64, 4, 0, true, false, 3, false, false, true"], sp["__half, 64, 4, 0, true, false, 3, false, false, false"],
+            F["h200_09_lin_p96"]["stalls"]["lin"]["LDL"],
+            main_l2_09(F, "fp8_per_tensor_lin", 64) / main_l2_09(F, "fp8_per_tensor", 64)]
+
+
+@prose(CH09, r"Predicted 1\.03–1\.08× `_lin`; measured ([\d.]+)–([\d.]+)× in six processes\s\(\[lin_psmem\.csv\]\(results/h200/stage09/lin_psmem\.csv\); the default with P̃ through shared memory is\s([\d.]+)–([\d.]+)× the default, as before\)")
+def _(D, F):
+    rows = F["h200_09_lin_psmem"]
+    procs = sorted({r["process"] for r in rows})
+    med = lambda v, p: statistics.median(float(r["ms"]) for r in rows if r["variant"] == v and r["process"] == p)  # noqa: E731
+    r = [med("fp8_per_tensor_lin", p) / med("fp8_per_tensor_lin_psmem", p) for p in procs]
+    ps = [med("fp8_per_tensor", p) / med("fp8_per_tensor_psmem", p) for p in procs]
+    assert len(procs) == 6 and sp_free(F), procs
+    return [min(r), max(r), min(ps), max(ps)]
+
+
+def sp_free(F):
+    """lin_psmem at d = 64 compiles without a spill."""
+    return F["h200_09_lin_ptxas"]["__half, 64, 4, 0, true, true, 3, false, false, true"] == 0
 
 
 @prose(CH09, r"the kernel's (\d+) `MUFU\.EX2` become (\d+) \(the rescales' α\); each exponential's FFMA becomes an\s`FFMA\.SAT` with one more FFMA after it \((\d+) more FFMAs\), and there are (\d+) more `PRMT`: ([\d,]+)\sinstructions against ([\d,]+)\.")
@@ -3160,6 +3364,13 @@ def run(root):
         "h200_09_lin_accuracy": read_accuracy09(os.path.join(root, STAGE09_H200, "accuracy_lin.txt")),
         "h200_09_lin_accuracy_2": read_accuracy09(os.path.join(root, STAGE09_H200, "accuracy_lin_2.txt")),
         "h200_09_lin_sass": read_sass_counts09(os.path.join(root, STAGE09_H200, "wide_lin_sass.txt")),
+        "h200_09_lin_default": read_simple_csv(os.path.join(root, STAGE09_H200, "lin_default.csv")),
+        "h200_09_main": read_simple_csv(os.path.join(root, STAGE09_H200, "main_job_p97.csv")),
+        "h200_09_lin_psmem": read_simple_csv(os.path.join(root, STAGE09_H200, "lin_psmem.csv")),
+        "h200_09_lin_p96": read_lin_default_p96(os.path.join(root, STAGE09_H200, "lin_default_p96.txt")),
+        "h200_09_lin_ptxas": read_ptxas_spills(os.path.join(root, STAGE09_H200, "lin_default_ptxas.txt")),
+        "h200_09_lin_def_acc128": read_accuracy09(os.path.join(root, STAGE09_H200, "lin_default_accuracy_d128.txt")),
+        "h200_09_lin_def_acc64": read_accuracy09(os.path.join(root, STAGE09_H200, "lin_default_accuracy_d64.txt")),
         "h200_09_mufu": read_mufu_bench09(os.path.join(root, STAGE09_H200, "mufu_ex2_bench.txt")),
         "h200_09_stg_ncu": read_ncu_stg09(os.path.join(root, STAGE09_H200, "ncu_wide_stg.txt")),
         "h200_09_pepi_e": read_simple_csv(os.path.join(root, STAGE09_H200, "pepi_probe_e.csv")),

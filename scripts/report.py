@@ -895,9 +895,9 @@ FP8_STYLE = OrderedDict([
     (FP8_BASE, dict(color="tab:blue", marker="D", label="stage 08 tuned (16-bit)")),
     ("fp8_per_tensor", dict(color="tab:red", marker="o", label="FP8 per tensor")),
     ("fp8_per_block_hadamard", dict(color="tab:purple", marker="s", ls="--", label="FP8 per block + Hadamard")),
-    ("fp8_per_tensor_lin", dict(color="tab:orange", marker="^", ls=":", label="FP8 per tensor, P̃ by bit pattern")),
+    ("fp8_per_tensor_lin", dict(color="tab:orange", marker="^", ls=":", label="FP8 per tensor, no exp. unit (_lin)")),
     ("fp8_per_tensor_wide_stsm", dict(color="tab:green", marker="v", label="FP8 wide rung (_wide_stsm)")),
-    ("fp8_per_tensor_wide_lin", dict(color="tab:brown", marker="*", label="FP8 wide rung, P̃ by bit pattern")),
+    ("fp8_per_tensor_wide_lin", dict(color="tab:brown", marker="*", label="FP8 wide rung, no exp. unit (_wide_lin)")),
 ])
 # Dense FP8 (e4m3) tensor-core peaks, TFLOP/s, from NVIDIA's datasheets (without sparsity), by a piece of
 # the GPU's name, as DENSE_PEAK_TFLOPS.
@@ -930,7 +930,13 @@ def plot_fp8(records, out):
         ax.set_xlabel("sequence length N (B·N = 16384)")
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("TFLOP/s (fp16 out; medians of rounds)")
-    axes[0][0].legend(fontsize=8, loc="lower right")
+    # One legend for every line drawn (the wide rung's only at d = 128), on the panel with the most lines.
+    legend = OrderedDict()
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(lab, h)
+    fullest = max(axes[0], key=lambda ax: len(ax.get_lines()))
+    fullest.legend(list(legend.values()), list(legend.keys()), fontsize=7, loc="lower right")
     fig.suptitle(f"FP8 attention (stage 09) against stage 08's 16-bit last rung, {device_name(records)}")
     written = [save_figure(fig, out, "flash_v3_fp8.png")]
     # The bytes moved, at each panel's largest N: FP8 reads 1-byte Q, K, V.
