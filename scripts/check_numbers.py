@@ -2903,6 +2903,42 @@ def _(D, F):
     return [min(rise["normal"]), max(rise["normal"]), -min(rise["outliers"]), max(rise["outliers"])]
 
 
+def read_ncu_summary09(path):
+    """An Nsight Compute summary (ncu_stalls_stsm.txt, ncu_wide_lin.txt), in the file's order of its two launches
+    (causal, then not): the highest pipe's share of the elapsed cycles, the issue slots busy, the FMA pipe's
+    pct_of_peak where listed, and each launch's stall samples by opcode (% of samples)."""
+    out = {"pipe": [], "issue": [], "fma": [], "stalls": []}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.search(r"is the highest-utilized pipeline \(([\d.]+)%\) based on elapsed cycles", line)
+            if m:
+                out["pipe"].append(float(m.group(1)))
+            m = re.match(r"\s+Issue Slots Busy\s+%\s+([\d.]+)", line)
+            if m:
+                out["issue"].append(float(m.group(1)))
+            m = re.match(r"\s+sm__pipe_fma_cycles_active\.avg\.pct_of_peak_sustained_active ([\d.]+)", line)
+            if m:
+                out["fma"].append(float(m.group(1)))
+            if re.match(r"== \S*src_", line):
+                out["stalls"].append({})
+            m = re.match(r"\s+([A-Z][A-Z0-9_]+)\s+([\d.]+)% of samples", line)
+            if m and out["stalls"]:
+                out["stalls"][-1][m.group(1)] = float(m.group(2))
+    return out
+
+
+@prose(CH09, r"finds the tensor pipe busy (\d+)% of the\selapsed cycles causal and (\d+)% not \(`_wide_stsm`: (\d+)% and (\d+)%\), the issue slots (\d+)–(\d+)% \((\d+)–(\d+)%\),\sthe FMA pipe (\d+)–(\d+)%; the warps' samples sit mostly at FFMAs being issued, at waits on the copies'\sbarriers \(BRA, (\d+)–(\d+)%\) and at the wgmmas' turns \(QGMMA, (\d+)%\)")
+def _(D, F):
+    lin, stsm = F["h200_09_ncu_lin"], F["h200_09_ncu_stsm"]
+    st = lin["stalls"]
+    assert all(max(x, key=x.get) == "FFMA" for x in st), st
+    q = [x["QGMMA"] for x in st]
+    assert max(q) - min(q) < 1.0, q
+    return [lin["pipe"][0], lin["pipe"][1], stsm["pipe"][0], stsm["pipe"][1], min(lin["issue"]), max(lin["issue"]),
+            min(stsm["issue"]), max(stsm["issue"]), min(lin["fma"]), max(lin["fma"]),
+            min(x["BRA"] for x in st), max(x["BRA"] for x in st), statistics.mean(q)]
+
+
 def read_ptxas_spills(path):
     """{template arguments: spill store bytes} from ptxas -v lines (lin_default_ptxas.txt)."""
     out, cur = {}, None
@@ -3368,6 +3404,8 @@ def run(root):
         "h200_09_main": read_simple_csv(os.path.join(root, STAGE09_H200, "main_job_p97.csv")),
         "h200_09_lin_psmem": read_simple_csv(os.path.join(root, STAGE09_H200, "lin_psmem.csv")),
         "h200_09_lin_p96": read_lin_default_p96(os.path.join(root, STAGE09_H200, "lin_default_p96.txt")),
+        "h200_09_ncu_lin": read_ncu_summary09(os.path.join(root, STAGE09_H200, "ncu_wide_lin.txt")),
+        "h200_09_ncu_stsm": read_ncu_summary09(os.path.join(root, STAGE09_H200, "ncu_stalls_stsm.txt")),
         "h200_09_lin_ptxas": read_ptxas_spills(os.path.join(root, STAGE09_H200, "lin_default_ptxas.txt")),
         "h200_09_lin_def_acc128": read_accuracy09(os.path.join(root, STAGE09_H200, "lin_default_accuracy_d128.txt")),
         "h200_09_lin_def_acc64": read_accuracy09(os.path.join(root, STAGE09_H200, "lin_default_accuracy_d64.txt")),
