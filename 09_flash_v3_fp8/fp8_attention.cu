@@ -422,9 +422,9 @@ __device__ inline void store_p(const uint32_t (&P)[Bc / 32][4], uint32_t Ps, int
 // turns into P̃'s bytes; l must then come from the tensor cores (kSum false). What it should buy: at d = 64 the
 // exponentials take twice the products' time on MUFU (its pipe 71% busy in Nsight Compute), so 1.25-1.6x was
 // predicted there, 1.00-1.10x at d = 128. Measured (H200): 1.12-1.15x at d = 64, 1.04-1.06x at d = 128. At d = 64 the
-// kernel is then bound by its instruction stream (issue slots 54 -> 67% busy): a score costs 4 instructions (FMNMX,
-// two FFMAs, half a PRMT, half an F2FP) where it cost 3.5 with one on MUFU. With P̃ through shared memory at d = 64
-// (fp8_*_lin_psmem: no spill, where this one spills 44 bytes) it was 0.95-0.97x of this: the stores cost more.
+// issue slots are then its busiest resource (54 -> 67% busy): a score costs 4 instructions (FMNMX, two FFMAs, half a
+// PRMT, half an F2FP) where it cost 3.75 with one on MUFU. With P̃ through shared memory at d = 64 (fp8_*_lin_psmem:
+// no spill, where this one spills 44 bytes) it was 0.95-0.97x of this.
 constexpr float kLazyTau = 0.8f;
 template <int kPolyEvery, bool kSum, int NT, bool kLazy = false, bool kLin = false>
 __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], float cj, float (&alpha)[2]) {
@@ -1636,8 +1636,8 @@ void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, vo
     course::require(p_operand == POperand::by_d || (row_sum_by_mma && poly_every == 0),
                     "fp8: P in registers or in shared memory at every d (the ablations) run with the default kernel only");
     course::require(!lin_p || (row_sum_by_mma && poly_every == 0),
-                    "fp8: P̃ by fp16's bit pattern (fp8_*_lin) runs with the default kernel only (P̃'s operand by d, or "
-                    "through shared memory: fp8_*_lin_psmem)");
+                    "fp8: P̃ by fp16's bit pattern (fp8_*_lin) runs with the default kernel only (the row sum on the "
+                    "tensor cores, no polynomial; P̃'s operand by d, in registers or through shared memory)");
     const auto kernel = lin_p && p_smem   ? flash_v3_fp8<T, D, kStages, 0, true, true, kWG, false, false, true>
                         : lin_p           ? flash_v3_fp8<T, D, kStages, 0, true, false, kWG, false, false, true>
                         : !row_sum_by_mma ? flash_v3_fp8<T, D, kStages, 0, false, kPByD>

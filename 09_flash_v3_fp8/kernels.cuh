@@ -86,8 +86,9 @@ enum class Wide { off, rung, optimistic, turns, vbar_smem, overlap, overlap_mask
 // overlap_lin (fp8_*_wide_lin, an experiment on _wide_stsm): P̃'s bytes from fp16's bit pattern, without MUFU.
 void set_wide_key_blocks(Wide kernel, Granularity v_scales = Granularity::tensor);
 // An experiment on the default kernel (fp8_*_lin): P̃'s bytes from fp16's bit pattern, as overlap_lin, at
-// d = 64 and 128 and every scheme; with POperand::shared, P̃ through shared memory at every d (fp8_*_lin_psmem).
-// false (the default): P̃ by the exponential unit. UsageError with another experiment or ablation.
+// d = 64 and 128 and every scheme, P̃'s operand where set_p_operand puts it (fp8_*_lin_psmem: shared). false (the
+// default): P̃ by the exponential unit. UsageError with the row sum by FADDs, the polynomial, O on the tensor cores
+// or the wide rung.
 void set_lin_p(bool on);
 // fp8_*_wide_ovl, causal: its tiles in groups of `heads` heads, a group's heaviest first across its
 // heads (FlashAttention-3's LPT order). 0 (the default): the largest group whose K and V take at

@@ -79,8 +79,9 @@ Scheme scheme_named(const std::string& name) {
 
 // --accuracy: FA-3's table. For N(0, 1) inputs and its outlier inputs, the RMSE and the largest
 // error of O against float64 of: 16-bit attention (stage 08's last rung on the GPU, else plain in the
-// dtype on the CPU) and each FP8 scheme (our kernel on the GPU, and plain FP8 on the CPU).
-int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, double sigma, bool gpu) {
+// dtype on the CPU) and each FP8 scheme (our kernel on the GPU, and plain FP8 on the CPU). The experiments' rows
+// (_lin, _wide_*) have no GPU columns with --exp2-poly-every (poly_every > 0), which runs with the default kernel only.
+int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, double sigma, bool gpu, int poly_every) {
   std::printf("09_flash_v3_fp8 accuracy: %s %s, O against float64; inputs N(0,1), outliers: %.3g%% of entries "
               "from N(0,%g^2); seed %llu\n",
               s.text().c_str(), course::name(t), 100.0 * fraction, sigma, static_cast<unsigned long long>(seed));
@@ -111,7 +112,11 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
     auto gpu_fp8 = [&](const Scheme& scheme, const QuantizedInputs& q, fp8::Wide kernel, bool lin = false) {
       std::unique_ptr<Errors> g8;
 #if COURSE_HAS_HOPPER
-      if (gpu) {
+      const bool experiment = lin || kernel != fp8::Wide::off;
+      if (gpu && !(experiment && poly_every > 0)) {
+        struct Reset {  // the experiment's settings back to the default kernel's, also when the launch throws
+          ~Reset() { fp8::set_lin_p(false), fp8::set_wide_key_blocks(fp8::Wide::off, Granularity::tensor); }
+        } reset;
         DeviceRun dev(s, t, in);
         Fp8Buffers b(s);
         dev.poison();
@@ -120,12 +125,10 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
         fp8::set_wide_key_blocks(kernel, Granularity::tensor);
         fp8::set_lin_p(lin);
         launch_attention(s, t, b.view(), dev.o(), dev.L.get());
-        fp8::set_lin_p(false);
-        fp8::set_wide_key_blocks(fp8::Wide::off, Granularity::tensor);
         g8 = std::make_unique<Errors>(errors(dev.O_values(t), ref));
       }
 #else
-      (void)scheme, (void)q, (void)kernel, (void)lin;
+      (void)scheme, (void)q, (void)kernel, (void)lin, (void)poly_every;
 #endif
       return g8;
     };
@@ -147,6 +150,7 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
     }
   }
   if (!gpu) std::printf("gpu columns n/a: %s\n", why_no_hopper().empty() ? "no GPU" : why_no_hopper().c_str());
+  else if (poly_every > 0) std::printf("_lin and _wide_* rows: gpu columns n/a (--exp2-poly-every runs with the default kernel only)\n");
   return 0;
 }
 
@@ -274,7 +278,6 @@ int main(int argc, char** argv) {
     // through shared memory at every d.
     std::vector<std::string> known = variants;
     known.push_back(std::string("08_") + kStage08LptRung);  // stage 08's experiment: causal tiles in the LPT order
-    // "_lin" before "_wide_lin": a row's suffix is the last of these it ends with.
     const char* const ablations[] = {"_fadd", "_preg", "_psmem", "_acc2", "_acc3", "_lazy3", "_lin", "_wide", "_wide_opt", "_wide_turns",
                                      "_wide_epi", "_wide_ovl", "_wide_mask", "_wide_dec", "_wide_qh", "_wide_diag",
                                      "_wide_pfq", "_wide_lg2", "_wide_stsm", "_wide_lin", "_lin_psmem"};
@@ -302,7 +305,7 @@ int main(int argc, char** argv) {
     if (accuracy_table) {
       Shape s = base;
       s.N = seq.front();
-      return accuracy(s, dtypes.front(), options.seed, outliers > 0 ? outliers : 0.001, sigma, bench.use_gpu());
+      return accuracy(s, dtypes.front(), options.seed, outliers > 0 ? outliers : 0.001, sigma, bench.use_gpu(), poly_every);
     }
     const std::vector<std::string> runs = options.variants.empty() ? variants : options.variants;
     std::vector<std::string> notes;
@@ -354,8 +357,8 @@ int main(int argc, char** argv) {
           [[maybe_unused]] const bool lin = (ends("_lin") && !wide) || ends("_lin_psmem");
           [[maybe_unused]] const bool wide_opt = wide_kernel == fp8::Wide::optimistic;
           size_t suffix = 0;
-          for (const char* a : ablations)
-            if (ends(a)) suffix = std::strlen(a);
+          for (const char* a : ablations)  // the longest tail it ends with ("_wide_lin", not "_lin")
+            if (ends(a)) suffix = std::max(suffix, std::strlen(a));
           Tiles fp8_tiles = attention_tiles(s);  // the experiment O on the tensor cores: 64 rows a warpgroup
           if (acc_wg != 0) fp8_tiles.Br = 64 * acc_wg;
           if (wide) fp8_tiles.Bc = 256;

@@ -196,6 +196,10 @@ TEST_CASE("the experiment fp8_*_lin: P̃ from fp16's bit pattern in the default 
     Lin() { fp8::set_lin_p(true); }
     ~Lin() { fp8::set_lin_p(false); }
   } lin;
+  struct Shared {  // fp8_*_lin_psmem: P̃ through shared memory at every d (reset when the scope ends or throws)
+    Shared() { fp8::set_p_operand(fp8::POperand::shared); }
+    ~Shared() { fp8::set_p_operand(fp8::POperand::by_d); }
+  };
   const std::uint64_t seed = course::fresh_seed();
   CAPTURE(seed);
   if (softmax::testing::under_sanitizer()) {  // the sanitizers: both d, causal or not, one ragged N, two schemes
@@ -206,14 +210,14 @@ TEST_CASE("the experiment fp8_*_lin: P̃ from fp16's bit pattern in the default 
         for (const Scheme& scheme : {schemes().front(), schemes().back()})
           check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), scheme, seed);
       }
+    const Shared shared;  // and _lin_psmem at d = 64 (at d = 128 the default's P̃ is in shared memory already)
+    const Shape s{1, 2, 129, 64, true};
+    check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), schemes().front(), seed);
     return;
   }
   check_ablation();
-  {  // fp8_*_lin_psmem: P̃ through shared memory at every d (reset when the block ends or throws)
-    struct Shared {
-      Shared() { fp8::set_p_operand(fp8::POperand::shared); }
-      ~Shared() { fp8::set_p_operand(fp8::POperand::by_d); }
-    } shared;
+  {
+    const Shared shared;
     check_ablation();
   }
   for (int d : {64, 128}) {
@@ -226,12 +230,37 @@ TEST_CASE("the experiment fp8_*_lin: P̃ from fp16's bit pattern in the default 
       check(outliers, Dtype::fp16, to_inputs(normal_inputs(outliers, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed),
             scheme, seed);
     }
+    // The lin kernel ran, not the default: its P̃ differs from ex2's in many keys' e4m3 bytes, so over 1000 keys a row
+    // nearly every value of O differs from the default kernel's on the same quantised inputs (both within the bound).
+    const Shape s{1, 2, 1000, d, false};
+    const Inputs in = make_inputs(s, Dtype::fp16, seed);
+    const std::vector<float> O_lin = run(s, Dtype::fp16, in, schemes().front(), seed).O;
+    fp8::set_lin_p(false);
+    const std::vector<float> O_ex2 = run(s, Dtype::fp16, in, schemes().front(), seed).O;
+    fp8::set_lin_p(true);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < O_lin.size(); ++i) differ += O_lin[i] != O_ex2[i];
+    CAPTURE(differ);
+    CHECK(differ > O_lin.size() / 2);
   }
-  // With another experiment: refused, not run.
-  fp8::set_row_sum_by_mma(false);
+  // With another experiment or ablation: refused, not run.
   const Shape s{1, 1, 129, 64, false};
-  CHECK_THROWS_AS(run(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), schemes().front(), seed), course::UsageError);
-  fp8::set_row_sum_by_mma(true);
+  const Inputs in = make_inputs(s, Dtype::fp16, seed);
+  auto refused = [&](const char* what, const std::function<void()>& set, const std::function<void()>& reset) {
+    CAPTURE(what);
+    set();
+    CHECK_THROWS_AS(run(s, Dtype::fp16, in, schemes().front(), seed), course::UsageError);
+    reset();
+  };
+  refused("the row sum by FADDs", [] { fp8::set_row_sum_by_mma(false); }, [] { fp8::set_row_sum_by_mma(true); });
+  refused("the polynomial", [] { fp8::set_exp2_poly_every(4); }, [] { fp8::set_exp2_poly_every(0); });
+  refused("O on the tensor cores", [] { fp8::set_o_on_tensor_cores(3, false); }, [] { fp8::set_o_on_tensor_cores(0); });
+  const Shape w{1, 1, 129, 128, false};
+  fp8::set_wide_key_blocks(fp8::Wide::overlap_stsm, Granularity::tensor);
+  Scheme centred_tensor = schemes().front();
+  centred_tensor.centre_v = true;
+  CHECK_THROWS_AS(run(w, Dtype::fp16, make_inputs(w, Dtype::fp16, seed), centred_tensor, seed), course::UsageError);
+  fp8::set_wide_key_blocks(fp8::Wide::off, Granularity::tensor);
 }
 
 namespace {

@@ -910,8 +910,8 @@ def fp8_cells(recs, dtype="fp16"):
 
 
 def plot_fp8(records, out):
-    """Stage 09's figures: TFLOP/s against N per (d, causal) for stage 08's last rung and two FP8
-    schemes; and the bytes each moved (SM<->L2 and DRAM, the counters) at the largest N."""
+    """Stage 09's figures: TFLOP/s against N per (d, causal) for stage 08's last rung, two FP8 schemes
+    and the last rungs (FP8_STYLE); and the bytes each moved (SM<->L2 and DRAM, the counters) at the largest N."""
     recs = attention_records(records, stage=FP8)
     cells = fp8_cells(recs)
     if not cells:
