@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Stage 09 on the GPU machine: what issue 24 (FP8 attention) asks to be measured, in as few calls as the
+# 10-minute limit allows. Build stage 09 (and stage 08, which it runs beside), then the steps named in STEPS
+# (comma-separated, in this order):
+#   sass      resource use of every kernel, and the instructions that matter in the last rungs' kernels
+#             (QGMMA, MUFU.EX2, FFMA.SAT, PRMT, F2FP, STL/LDL spills, WARPGROUP: serialised wgmmas if above 20)
+#   test      stage 09's GPU tests (about 5 minutes on an H200)
+#   sanitize  compute-sanitizer's four tools on the scheme test, the descales test and the lin test (small
+#             shapes: COURSE_SANITIZER=1)
+#   bench     the main job's rows (course's sweep: d = 64 and 128, causal or not, N = 4096 and 16384,
+#             B·N = 16384, fp16; counters on), then stage 08 in FlashAttention-3's tile order (tuned_lpt)
+#             beside the wide kernels at causal N = 4096, LPT_PROCS processes in alternating orders
+#   accuracy  FA-3's accuracy table (N = 4096) at d = 128 and 64, with the _lin and wide rows
+# Logs and CSVs land in $OUT; a short table is printed last: FP8 over stage 08, each kernel's median over
+# stage 08's median and over stage 08's fastest call (at N = 16384 stage 08's calls spread widely).
+# Usage there: OUT=/dir STEPS=sass,bench,accuracy scripts/device/stage09.sh   (Eigen/doctest/CLI11 in .deps/)
+#   A build of fp8_attention.cu takes minutes: carry a build folder, or run STEPS=test in a call of its own.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+STEPS=",${STEPS:-sass,bench,accuracy},"
+LPT_PROCS=${LPT_PROCS:-4}
+export COURSE_NO_APT=1 PYTHONUNBUFFERED=1
+has() { [[ "$STEPS" == *",$1,"* ]]; }
+summary=()
+note() { summary+=("$1"); echo "    $1"; }
+B=build/bin
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv \
+  | tee "$OUT/gpu.txt"
+echo "=== build ($(date +%T))"
+if cmake --preset default -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
+   cmake --build build -j 16 --target 09_flash_v3_fp8 test_09_flash_v3_fp8_gpu >>"$OUT/build.log" 2>&1; then
+  note "build: ok, $(grep -ci 'warning' "$OUT/build.log") warning lines"
+else
+  note "build: FAILED"; tail -n 40 "$OUT/build.log"; exit 1
+fi
+
+if has sass; then
+  echo "=== sass ($(date +%T))"
+  obj=build/09_flash_v3_fp8/CMakeFiles/09_flash_v3_fp8_lib.dir/fp8_attention.cu.o
+  cuobjdump -res-usage "$obj" >"$OUT/resource_usage.txt" 2>&1
+  cuobjdump -sass "$obj" >"$OUT/sass.txt" 2>&1
+  python3 - "$OUT/sass.txt" <<'PY' | tee "$OUT/sass_summary.txt"
+import re, sys, collections
+fn, counts = None, collections.OrderedDict()
+for line in open(sys.argv[1]):
+    m = re.search(r"Function : (\S+)", line)
+    if m:
+        fn = m.group(1); counts[fn] = collections.Counter(); continue
+    m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)
+    if fn and m:
+        op = m.group(1); counts[fn]["all"] += 1
+        for key in ("QGMMA", "MUFU.EX2", "FFMA.SAT", "PRMT", "F2FP", "STL", "LDL", "WARPGROUP", "UTMALDG", "STSM"):
+            if op.startswith(key): counts[fn][key] += 1
+# The last rungs: the default kernel (fp16 out) at both d, with and without kLin; the wide rung's _wide_stsm and _wide_lin.
+tags = {"d64": "flash_v3_fp8I6__halfLi64ELi4ELi0ELb1ELb0ELi3ELb0ELb0ELb0EEEv",
+        "d64_lin": "flash_v3_fp8I6__halfLi64ELi4ELi0ELb1ELb0ELi3ELb0ELb0ELb1EEEv",
+        "d128": "flash_v3_fp8I6__halfLi128ELi4ELi0ELb1ELb1ELi2ELb0ELb0ELb0EEEv",
+        "d128_lin": "flash_v3_fp8I6__halfLi128ELi4ELi0ELb1ELb1ELi2ELb0ELb0ELb1EEEv",
+        "wide_stsm": "wide_overlapI6__halfLb1ELb1ELb1ELb1ELb1ELb1ELb1ELb0EEEv",
+        "wide_lin": "wide_overlapI6__halfLb1ELb1ELb1ELb1ELb1ELb1ELb1ELb1EEEv"}
+for tag, suffix in tags.items():
+    found = [f for f in counts if suffix in f]
+    if len(found) != 1:
+        print(f"{tag:10s} not found once ({len(found)})"); continue
+    c = counts[found[0]]
+    print(f"{tag:10s} " + " ".join(f"{k}={v}" for k, v in sorted(c.items())) + ("  SERIALISED" if c["WARPGROUP"] > 20 else ""))
+PY
+  note "sass: $(grep -c SERIALISED "$OUT/sass_summary.txt") serialised, $(grep -c 'not found' "$OUT/sass_summary.txt") not found"
+fi
+
+if has test; then
+  echo "=== tests ($(date +%T))"
+  timeout ${TEST_TIMEOUT:-450} $B/test_09_flash_v3_fp8_gpu --duration=true >"$OUT/test_gpu.log" 2>&1
+  note "test_09_flash_v3_fp8_gpu: rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/test_gpu.log" | tr '\n' ' ')"
+  grep -E "values differ" "$OUT/test_gpu.log" | sed 's/^/    /'
+  grep -B2 -A12 "ERROR" "$OUT/test_gpu.log" | head -n 60
+fi
+
+if has sanitize; then
+  echo "=== compute-sanitizer ($(date +%T))"
+  for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
+    log="$OUT/sanitize_$tool.log"
+    COURSE_SANITIZER=1 timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      $B/test_09_flash_v3_fp8_gpu '-tc=every scheme*,*own descales*,*fp8_*_lin:*' >"$log" 2>&1
+    note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) $(grep -E '^\[doctest\] assertions' "$log")"
+    grep -E "^=+ (Error|Warning|Race|   )" "$log" | head -n 12
+  done
+fi
+
+if has bench; then
+  echo "=== bench ($(date +%T))"
+  for d in 64 128; do  # the main job's lines (course's sweep_args for 09_flash_v3_fp8), counters on
+    for causal in "" "--causal"; do
+      timeout 200 $B/09_flash_v3_fp8 --tokens 16384 --heads $((2048 / d)) --seq 4096,16384 --d $d $causal --dtype fp16 \
+        --csv "$OUT/main.csv" >>"$OUT/bench.log" 2>&1 || note "main job d=$d $causal: rc=$?"
+    done
+  done
+  list=08_tuned_lpt,08_tuned,fp8_per_tensor_wide_stsm,fp8_per_tensor_wide_lin
+  reversed=$(echo "$list" | tr ',' '\n' | tac | paste -sd,)
+  for p in $(seq 1 "$LPT_PROCS"); do  # stage 08 in the wide kernels' tile order, in processes of their own
+    order=$list; [ $((p % 2)) = 0 ] && order=$reversed
+    timeout 100 $B/09_flash_v3_fp8 --tokens 16384 --heads 16 --d 128 --seq 4096 --causal --dtype fp16 --variants "$order" \
+      --rounds 2 --reps 20 --no-counters --csv "$OUT/lpt_$p.csv" >>"$OUT/bench.log" 2>&1 || note "lpt process $p: rc=$?"
+  done
+  grep -E "not run|mismatch" "$OUT/bench.log" | sort | uniq -c | head -n 10
+  python3 - "$OUT" <<'PY' | tee "$OUT/bench_table.txt"
+import csv, glob, os, statistics as st, sys
+out = sys.argv[1]
+def cell(r):
+    f = dict(x.split("=") for x in r["shape"].split() if "=" in x)
+    return f"d={f['d']} causal={f['causal']} N={f['N']}"
+if os.path.exists(out + "/main.csv"):
+    rows = [r for r in csv.DictReader(open(out + "/main.csv")) if r["ms"]]
+    last = ["fp8_per_tensor", "fp8_per_block_hadamard", "fp8_per_tensor_lin", "fp8_per_tensor_wide_stsm", "fp8_per_tensor_wide_lin"]
+    print("the main job: stage 08 tuned's median (fastest call) in ms; each FP8 kernel: stage 08's median / its median "
+          "(stage 08's fastest call / its median)")
+    for c in sorted({cell(r) for r in rows}, key=lambda c: (int(c.split()[0][2:]), c)):
+        by = {r["variant"]: r for r in rows if cell(r) == c}
+        s08 = by.get("08_tuned")
+        if not s08: continue
+        m08, f08 = float(s08["ms"]), float(s08["ms_min"])
+        parts = [f"{v[4:]} {m08 / float(by[v]['ms']):.2f} ({f08 / float(by[v]['ms']):.2f})" for v in last if v in by]
+        print(f"  {c:26s} 08 {m08:.3f} ({f08:.3f}) | " + " | ".join(parts))
+parts = sorted(glob.glob(out + "/lpt_*.csv"))  # the processes' CSVs, merged into lpt.csv with a process column
+merged = []
+for path in parts:
+    p = os.path.basename(path)[4:-4]
+    merged += [dict(r, process=p) for r in csv.DictReader(open(path))]
+    os.remove(path)
+if merged:
+    with open(out + "/lpt.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, ["process"] + [k for k in merged[0] if k != "process"])
+        w.writeheader()
+        w.writerows(merged)
+lpt = []
+for p in sorted({r["process"] for r in merged}):
+    med = lambda v: st.median(float(r["ms"]) for r in merged if r["variant"] == v and r["process"] == p)  # noqa: E731
+    best08 = min(med("08_tuned"), med("08_tuned_lpt"))
+    lpt.append((best08 / med("fp8_per_tensor_wide_stsm"), best08 / med("fp8_per_tensor_wide_lin")))
+if lpt:
+    print(f"causal N = 4096, d = 128, {len(lpt)} processes: stage 08's faster (tuned or tuned_lpt) / _wide_stsm "
+          f"{min(x for x, _ in lpt):.3f}-{max(x for x, _ in lpt):.3f}, / _wide_lin {min(y for _, y in lpt):.3f}-{max(y for _, y in lpt):.3f}")
+PY
+fi
+
+if has accuracy; then
+  echo "=== accuracy ($(date +%T))"
+  for d in 128 64; do
+    timeout 150 $B/09_flash_v3_fp8 --accuracy --seq 4096 --d $d --dtype fp16 >"$OUT/accuracy_d$d.txt" 2>&1
+    note "accuracy d=$d: rc=$?"
+  done
+  grep -E "^(normal|outliers) +(16-bit|fp8_per_tensor |fp8_per_tensor_lin|fp8_per_block_hadamard |fp8_per_tensor_wide)" \
+    "$OUT/accuracy_d128.txt" | sed 's/^/    /'
+fi
+
+tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz --exclude '*.csv' --exclude bench_table.txt --exclude 'accuracy_*' . 2>/dev/null
+find "$OUT" -maxdepth 1 -type f ! -name logs.tgz ! -name '*.csv' ! -name bench_table.txt ! -name 'accuracy_*' -delete
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
+[ -f "$OUT/bench_table.txt" ] && cat "$OUT/bench_table.txt"
+
+exit 0
