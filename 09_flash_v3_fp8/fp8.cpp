@@ -39,6 +39,18 @@ float from_e4m3(std::uint8_t b) {
   return negative ? -v : v;
 }
 
+float lin_fp16(float s, float a, float b) {
+  const float t = std::fmin(std::fmax(std::fma(s, a, b), 0.0f), 1.0f);  // fmax(NaN, 0) is 0, as FFMA.SAT gives
+  const float y = std::fma(t, kLinR, kLinMagic);
+  std::uint32_t bits;
+  std::memcpy(&bits, &y, sizeof bits);
+  const std::uint32_t h = bits & 0xFFFFu;  // fp16: 5 exponent bits (bias 15), 10 mantissa bits; h <= 0x7BFF
+  const int e = int(h >> 10), m = int(h & 0x3FFu);
+  return e == 0 ? std::ldexp(float(m), -24) : std::ldexp(1.0f + float(m) / 1024.0f, e - 15);
+}
+
+std::uint8_t lin_e4m3(float s, float a, float b) { return to_e4m3(lin_fp16(s, a, b)); }
+
 std::string Scheme::name() const {
   return std::string(granularity == Granularity::tensor ? "per_tensor" : "per_block") + (incoherent ? "_hadamard" : "") +
          (centre_v ? "_centred" : "");

@@ -50,6 +50,20 @@ inline Tiles attention_tiles(const Shape& s) { return {s.d == 64 ? 192 : 128, kS
 std::uint8_t to_e4m3(float x);
 float from_e4m3(std::uint8_t b);
 
+// P̃ without the exponential unit (the experiments fp8_*_lin and fp8_*_wide_lin; chapter 09). fp16's bit pattern,
+// read as an integer, is about 1024·(log₂ v + 15), so 2^x's pattern is y = 1024·(x + 15) − δ, which the kernels
+// write into a float's low 16 bits: t = clamp(S·a + b, 0, 1) (one FFMA.SAT), then t·R + 1.5·2²³ (one FFMA, whose
+// ulp of 1 rounds y to an integer). R = 0x7BFF, fp16's largest finite pattern; δ = 44/1024 of a binade centres
+// the linear mantissa's error (1 + f for 2^f, up to 6.1% high) at about ±3%. With x = S·c − base:
+// a = c·1024/R and b = (1024·(15 − base) − δ)/R. The fp16 value is then rounded to e4m3 as any other.
+constexpr float kLinR = 31743.0f, kLinMagic = 12582912.0f, kLinDelta = 44.0f;
+COURSE_HD inline float lin_a(float c) { return c * (1024.0f / kLinR); }
+COURSE_HD inline float lin_b(float base) { return (1024.0f * (15.0f - base) - kLinDelta) * (1.0f / kLinR); }
+// The CPU's replica of the kernels' arithmetic: the fp16 value whose pattern the two FFMAs leave (clamp as
+// FFMA.SAT: NaN and −∞ give 0), and that value rounded to e4m3 (cvt.rn.satfinite.e4m3x2.f16x2).
+float lin_fp16(float s, float a, float b);
+std::uint8_t lin_e4m3(float s, float a, float b);
+
 enum class Granularity { tensor, block };
 struct Scheme {
   Granularity granularity = Granularity::tensor;

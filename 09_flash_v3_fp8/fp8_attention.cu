@@ -351,14 +351,14 @@ __device__ void promote(float (&o)[DT][4], const float (&oj)[DJ][4], const float
 // against 6.6e-4.
 // What it should buy: the softmax's 128 MUFU.EX2 a thread a block (the largest share of the consumers' stall
 // samples, waiting on MUFU's issue) become 128 FFMAs; per 4 scores 13 instructions where there were 11.
-// Measured (H200, two runs): 1.09-1.14 of wide_stsm's speed, 1.62x stage 08 at causal N = 4096 and 1.77-2.01x
-// elsewhere at d = 128; O's RMSE 5% higher on N(0, 1) inputs, 0-1% on FA-3's outlier inputs (chapter 09).
-constexpr float kLinR = 31743.0f, kLinMagic = 12582912.0f, kLinDelta = 44.0f;
+// Measured (H200, two runs): 1.09-1.14 of wide_stsm's speed, 1.61-1.83x stage 08's fastest call at d = 128; O's
+// RMSE 5% higher on N(0, 1) inputs, 0-1% on FA-3's outlier inputs (chapter 09).
+// kLinR, kLinMagic, kLinDelta, lin_a and lin_b: fp8.hpp, shared with the CPU's replica (lin_e4m3) that test_cpu.cpp checks.
 struct LinP {  // t_sat = S·a[half] + b[row]: the multipliers of one block's two 128-key halves and two rows
   float a[2], b[2];
   __device__ LinP(float c0, float c1, const float (&base)[2]) {
-    a[0] = c0 * (1024.0f / kLinR), a[1] = c1 * (1024.0f / kLinR);
-    for (int h = 0; h < 2; ++h) b[h] = (1024.0f * (15.0f - base[h]) - kLinDelta) * (1.0f / kLinR);
+    a[0] = lin_a(c0), a[1] = lin_a(c1);
+    for (int h = 0; h < 2; ++h) b[h] = lin_b(base[h]);
   }
 };
 __device__ inline float lin_t(float s, float a, float b) {
@@ -797,7 +797,8 @@ __device__ bool optimistic_p(const float (&S)[NT][4], const float (&m)[2], float
           e[q][x] = lin_t(S[4 * s + q][x], lp.a[s < NT / 8 ? 0 : 1], lp.b[x / 2]);
         } else {
           const float arg = fmaf(S[4 * s + q][x], c, -base[x / 2]);
-          if (kPolyEvery > 0 && (4 * s + q) % kPolyEvery == kPolyEvery - 1) e[q][x] = fa3::exp2_poly(fminf(arg, 16.0f));
+          constexpr int kEvery = kPolyEvery > 0 ? kPolyEvery : 1;  // no % 0, even where it is not reached
+          if (kPolyEvery > 0 && (4 * s + q) % kEvery == kEvery - 1) e[q][x] = fa3::exp2_poly(fminf(arg, 16.0f));
           else e[q][x] = ptx::exp2_approx(arg);
         }
       }
@@ -1295,7 +1296,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
     flash_v3_fp8_wide_overlap(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                               const __grid_constant__ CUtensorMap mapVt, const __grid_constant__ CUtensorMap mapO,
                               tc::Params p, Scales sc, int heads, int* next_tile, int group) {
-  constexpr int D = 128, kWG = 2, kStages = 2, Bc = kBcWide, NT = Bc / 8, DT = D / 8, kBr = 64 * kWG, NV = D + 8;
+  constexpr int D = 128, kWG = 2, kStages = 2, Bc = kBcWide, NT = Bc / 8, kBr = 64 * kWG, NV = D + 8;
   using Pipe = Pipeline<D, kStages, kBr, true, true, Bc, true, true, kDecoded, kQHalves, kQPrefetch>;
   static_assert(!kQHalves || kDecoded, "Q by halves (wide_qh) builds on wide_dec");
   static_assert(!kDiagSkip || kQHalves, "the diagonal's dead steps skipped (wide_diag) build on wide_qh");

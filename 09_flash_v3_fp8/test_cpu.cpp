@@ -54,6 +54,40 @@ TEST_CASE("e4m3: the rounding error is at most u = 2^-4 relative in the normal r
   }
 }
 
+TEST_CASE("P̃ without the exponential unit: lin_e4m3 is 2^x within ±3.1% before e4m3, exact at integers, 0 below") {
+  // x = S·c − base with c = 1, base = 0: x is S itself.
+  const float a = lin_a(1.0f), b = lin_b(0.0f);
+  // The linear mantissa, centred by δ: 1 + f for 2^f is 0 to 6.1% high, times 2^(−44/1024) = 0.971, so within
+  // [−2.95%, +3.04%] (and the rounding of y to an integer, 1/1024 of a binade) while the fp16 value is normal
+  // (x ≥ −14 + 44/1024; below it fp16's subnormals are linear in v, not in log v, and P̃ is 2^-22 of the row's max).
+  double lo = 1.0, hi = -1.0, sum = 0.0;
+  int n = 0;
+  for (double x = -13.0; x <= 8.0; x += 1.0 / 4096.0, ++n) {
+    const double rel = lin_fp16(float(x), a, b) / std::exp2(x) - 1.0;
+    lo = std::min(lo, rel), hi = std::max(hi, rel), sum += rel;
+    // Rounded to e4m3 (its own error at most u = 2^-4 in the normal range, 2^-6 up): within (1.031)(1 + u) − 1.
+    if (x >= -6.0) REQUIRE(std::fabs(from_e4m3(lin_e4m3(float(x), a, b)) / std::exp2(x) - 1.0) <= 1.031 * (1.0 + kUnitRoundoff) - 1.0);
+  }
+  CHECK(lo >= -0.031);
+  CHECK(hi <= 0.031);
+  CHECK(lo < -0.028);  // the bound is met, not loose: the error reaches it on both sides
+  CHECK(hi > 0.029);
+  // Centred for the extremes, not the mean: on average a P̃ is 1% high, which O = Σ P̃·v / Σ P̃ divides away.
+  CHECK(sum / n == doctest::Approx(0.0101).epsilon(0.05));
+  // At an integer x (where the row's max puts its largest P̃: x − m + 8 = 8), 2^x exactly once in e4m3.
+  for (int k = -9; k <= 8; ++k) {
+    CAPTURE(k);
+    CHECK(from_e4m3(lin_e4m3(float(k), a, b)) == std::ldexp(1.0f, k));
+  }
+  // Below 2^-15 (and the mask's −∞, and NaN, as FFMA.SAT clamps them): 0. Above fp16's range: e4m3's 448.
+  CHECK(lin_e4m3(-16.0f, a, b) == 0);
+  CHECK(lin_e4m3(-INFINITY, a, b) == 0);
+  CHECK(lin_e4m3(NAN, a, b) == 0);
+  CHECK(from_e4m3(lin_e4m3(20.0f, a, b)) == kE4m3Max);
+  // The multipliers fold a block's c and the row's base: S·c − base at S = 3, c = 0.5, base = −2.5 is x = 4.
+  CHECK(from_e4m3(lin_e4m3(3.0f, lin_a(0.5f), lin_b(-2.5f))) == 16.0f);
+}
+
 TEST_CASE("fwht: H·H = d·I, and incoherent processing leaves Q·Kᵀ unchanged") {
   const std::uint64_t seed = course::fresh_seed();
   CAPTURE(seed);
