@@ -2979,6 +2979,52 @@ def _(D, F):
             min(x["FFMA"] for x in st), max(x["FFMA"] for x in st), min(x["BRA"] for x in st), max(x["BRA"] for x in st), statistics.mean(q)]
 
 
+def ncu_executed09(path):
+    """The executed instructions of one launch: 'Executed Instructions  inst  494,855,497' (details page) or
+    'smsp__inst_executed.sum 512699217' (raw metric)."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"\s+Executed Instructions\s+inst\s+([\d,]+)", line) or re.match(r"\s+smsp__inst_executed\.sum ([\d.]+)", line)
+            if m:
+                return float(m.group(1).replace(",", ""))
+    raise ValueError(f"{path}: no executed instructions")
+
+
+def all_opcodes09(path, reason, section=None):
+    """A stall reason's share of all samples ('all opcodes: ... long_sb 13.0%'), in the section whose header names
+    `section` (or the first)."""
+    on = section is None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if section and line.startswith("== ") and section in line:
+                on = True
+            m = re.search(rf"\b{reason} ([\d.]+)%", line)
+            if on and "all opcodes:" in line and m:
+                return float(m.group(1))
+    raise ValueError(f"{path}: no {reason}")
+
+
+def read_psmem_profile09(folder):
+    """p101 against p96 (d = 64, N = 4096): the executed instructions of _lin_psmem and _lin, the long-scoreboard
+    share of all samples of each, and _lin's executed LDL (the spill's reloads)."""
+    p96 = os.path.join(folder, "lin_default_p96.txt")
+    with open(p96, encoding="utf-8") as f:
+        m = re.search(r"== src_fp8_per_tensor_lin\.csv\.gz.*?\n\s+LDL\s+[\d.]+% of samples \(([\d.e+]+) executed\)", f.read(), re.S)
+    psmem = os.path.join(folder, "ncu_d64_lin_psmem.txt")
+    return {"exec_psmem": ncu_executed09(psmem), "exec_lin": ncu_executed09(os.path.join(folder, "ncu_d64_lin_details.txt")),
+            "long_sb_psmem": all_opcodes09(psmem, "long_sb"), "long_sb_lin": all_opcodes09(p96, "long_sb", "src_fp8_per_tensor_lin"),
+            "ldl_lin": float(m.group(1))}
+
+
+@prose(CH09, r"says why: it executes ([\d.]+)%\smore instructions than `_lin` \(the stores, the fence and their addresses, about (\d+) a warp a block\),\sat the same issue rate \(issue slots ([\d.]+)% busy against ([\d.]+)%\), and more of its samples wait on long\sscoreboards \(([\d.]+)% against ([\d.]+)%; the fence waits for the stores\)\..*?the spill's reloads were about (\d+) a warp a block\.")
+def _(D, F):
+    q = F["h200_09_psmem_profile"]
+    warp_blocks = 4 * 32 * (4096 // 16) * (4096 // 128)  # B·H, a warp's 16 rows, key blocks of 128 (d = 64, N = 4096)
+    return [100 * (q["exec_psmem"] / q["exec_lin"] - 1), (q["exec_psmem"] - q["exec_lin"]) / warp_blocks,
+            F["h200_09_ncu_psmem"]["issue"][0], F["h200_09_lin_p96"]["ncu"]["Issue slots busy (%)"][1],
+            q["long_sb_psmem"], q["long_sb_lin"], q["ldl_lin"] / warp_blocks]
+
+
 def read_ptxas_spills(path):
     """{template arguments: spill store bytes} from ptxas -v lines (lin_default_ptxas.txt)."""
     out, cur = {}, None
@@ -3444,6 +3490,8 @@ def run(root):
         "h200_09_main": read_simple_csv(os.path.join(root, STAGE09_H200, "main_job_p97.csv")),
         "h200_09_lin_psmem": read_simple_csv(os.path.join(root, STAGE09_H200, "lin_psmem.csv")),
         "h200_09_lin_p96": read_lin_default_p96(os.path.join(root, STAGE09_H200, "lin_default_p96.txt")),
+        "h200_09_psmem_profile": read_psmem_profile09(os.path.join(root, STAGE09_H200)),
+        "h200_09_ncu_psmem": read_ncu_summary09(os.path.join(root, STAGE09_H200, "ncu_d64_lin_psmem.txt")),
         "h200_09_ncu_lin": read_ncu_summary09(os.path.join(root, STAGE09_H200, "ncu_wide_lin.txt")),
         "h200_09_ncu_stsm": read_ncu_summary09(os.path.join(root, STAGE09_H200, "ncu_stalls_stsm.txt")),
         "h200_09_lin_ptxas": read_ptxas_spills(os.path.join(root, STAGE09_H200, "lin_default_ptxas.txt")),
