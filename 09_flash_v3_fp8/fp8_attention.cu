@@ -424,8 +424,8 @@ __device__ inline void store_p(const uint32_t (&P)[Bc / 32][4], uint32_t Ps, int
 // predicted there, 1.00-1.10x at d = 128. Measured (H200): 1.12-1.15x at d = 64, 1.04-1.06x at d = 128. At d = 64 the
 // issue slots are then its busiest resource (54 -> 67% busy): a score costs 4 instructions (FMNMX, two FFMAs, half a
 // PRMT, half an F2FP) where it cost 3.75 with one on MUFU. With P̃ through shared memory at d = 64 (fp8_*_lin_psmem:
-// no spill, where this one spills 44 bytes) it was 0.95-0.97x of this: 3.6% more instructions (the stores, the fence
-// and their addresses, about 17 a warp a block) where the spill's reloads were about 5.
+// no spill, where this one spills 44 bytes) it was 0.95-0.97x of this: 3.6% more instructions (about 17 a warp a block
+// more: the stores, the fence and their addresses, less the spill's 5 reloads) and longer scoreboard waits.
 constexpr float kLazyTau = 0.8f;
 template <int kPolyEvery, bool kSum, int NT, bool kLazy = false, bool kLin = false>
 __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], float cj, float (&alpha)[2]) {
