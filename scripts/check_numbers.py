@@ -3025,6 +3025,17 @@ def _(D, F):
             q["long_sb_psmem"], q["long_sb_lin"]]
 
 
+@prose(CH09, r"At d = 64, N = 4096 the default kernel executed (\d+) M instructions in\s+(\d+) µs with its issue slots ([\d.]+)% busy, its exponential unit's pipe (\d+)% busy\. `_lin` executes\s+([\d.]+)% more instructions and uses no exponential unit, and its issue slots turn out ([\d.]+)% busy\..*?Time is instructions over the rate they issue at, so (\d+) µs · ([\d.]+) · \(([\d.]+) / ([\d.]+)\) = (\d+) µs,\s+against (\d+) µs measured; at the default's issue rate it would have been (\d+) µs.*?the issue rate's rise \(([\d.]+)×\) less the (\d+)% more instructions gives ([\d.]+)×")
+def _(D, F):
+    q, n = F["h200_09_psmem_profile"], F["h200_09_lin_p96"]["ncu"]
+    default = F["h200_09_exec_default"]
+    t0, t1 = n["Duration (us)"]
+    i0, i1 = n["Issue slots busy (%)"]
+    grow = q["exec_lin"] / default
+    return [default / 1e6, t0, i0, n["pipe XU (MUFU), % of peak"][0], 100 * (grow - 1), i1, t0, grow, i0, i1,
+            t0 * grow * i0 / i1, t1, t0 * grow, i1 / i0, 100 * (grow - 1), i1 / i0 / grow]
+
+
 def read_ptxas_spills(path):
     """{template arguments: spill store bytes} from ptxas -v lines (lin_default_ptxas.txt)."""
     out, cur = {}, None
@@ -3491,6 +3502,7 @@ def run(root):
         "h200_09_lin_psmem": read_simple_csv(os.path.join(root, STAGE09_H200, "lin_psmem.csv")),
         "h200_09_lin_p96": read_lin_default_p96(os.path.join(root, STAGE09_H200, "lin_default_p96.txt")),
         "h200_09_psmem_profile": read_psmem_profile09(os.path.join(root, STAGE09_H200)),
+        "h200_09_exec_default": ncu_executed09(os.path.join(root, STAGE09_H200, "ncu_d64_default_details.txt")),
         "h200_09_ncu_psmem": read_ncu_summary09(os.path.join(root, STAGE09_H200, "ncu_d64_lin_psmem.txt")),
         "h200_09_ncu_lin": read_ncu_summary09(os.path.join(root, STAGE09_H200, "ncu_wide_lin.txt")),
         "h200_09_ncu_stsm": read_ncu_summary09(os.path.join(root, STAGE09_H200, "ncu_stalls_stsm.txt")),
