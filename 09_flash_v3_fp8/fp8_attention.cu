@@ -444,13 +444,12 @@ __device__ void softmax_scores(float (&S)[NT][4], float (&m)[2], float (&l)[2], 
     alpha[h] = ptx::exp2_approx(m[h] - shift);
     m[h] = m_new;
     const float base = shift - 8.0f;  // P̃ · 2^8
-    if constexpr (kLin) {
-      const float base2[2] = {base, base};
-      const LinP lp(cj, cj, base2);
+    if constexpr (kLin) {  // one multiplier a block (cj) and one offset a row: lin_t's FFMA.SAT operands
+      const float a = lin_a(cj), b = lin_b(base);
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) S[n][e] = lin_t(S[n][e], lp.a[0], lp.b[0]);
+        for (int e = 2 * h; e < 2 * h + 2; ++e) S[n][e] = lin_t(S[n][e], a, b);
       continue;
     }
     float sum[4] = {};
