@@ -11,12 +11,14 @@
 #             B·N = 16384, fp16; counters on), then stage 08 in FlashAttention-3's tile order (tuned_lpt)
 #             beside the wide kernels at causal N = 4096, LPT_PROCS processes in alternating orders
 #   accuracy  FA-3's accuracy table (N = 4096) at d = 128 and 64, with the _lin and wide rows
+#   ceiling   the yardstick the issue names, measured on this GPU: an 8192^3 e4m3 matrix product through
+#             PyTorch's scaled matmul (random inputs, bf16 out), median of 50 calls after 5 warm-ups
 # Logs and CSVs land in $OUT; a short table is printed last: FP8 over stage 08, each kernel's median over
 # stage 08's median and over stage 08's fastest call (at N = 16384 stage 08's calls spread widely).
 # Usage there: OUT=/dir STEPS=sass,test scripts/device/stage09.sh   (Eigen/doctest/CLI11 in .deps/)
 #   A call is limited to 10 minutes: the first builds (fp8_attention.cu alone takes minutes) and runs sass,test
 #   (about 8 minutes in all); while the machine stays warm its build folder is kept, so the next calls rebuild
-#   nothing: STEPS=bench (about 7 minutes), then STEPS=sanitize,accuracy.
+#   nothing: STEPS=bench (about 7 minutes), then STEPS=sanitize,accuracy,ceiling.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -163,8 +165,30 @@ if has accuracy; then
     "$OUT/accuracy_d128.txt" | sed 's/^/    /'
 fi
 
-if tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz --exclude '*.csv' --exclude bench_table.txt --exclude 'accuracy_*' .; then
-  find "$OUT" -maxdepth 1 -type f ! -name logs.tgz ! -name '*.csv' ! -name bench_table.txt ! -name 'accuracy_*' -delete
+if has ceiling; then
+  echo "=== ceiling ($(date +%T))"
+  timeout 120 python3 - <<'PY' 2>&1 | tee "$OUT/ceiling.txt"
+import torch
+n = 8192
+g = torch.Generator(device="cuda").manual_seed(1)
+a = torch.randn(n, n, device="cuda", generator=g).to(torch.float8_e4m3fn)
+b = torch.randn(n, n, device="cuda", generator=g).to(torch.float8_e4m3fn).t()  # column-major, as cuBLASLt wants
+one = torch.ones((), device="cuda")
+for _ in range(5): torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
+ts = []
+for _ in range(50):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16); e.record(); e.synchronize()
+    ts.append(s.elapsed_time(e))
+ts.sort(); med = ts[len(ts) // 2]
+print(f"{torch.cuda.get_device_name()}: e4m3 {n}^3 scaled_mm median {med:.4f} ms ({ts[0]:.4f}-{ts[-1]:.4f} over 50), "
+      f"{2 * n**3 / med / 1e9:.0f} TFLOP/s; torch {torch.__version__}")
+PY
+  note "ceiling: $(tail -n 1 "$OUT/ceiling.txt")"
+fi
+
+if tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz --exclude '*.csv' --exclude bench_table.txt --exclude 'accuracy_*' --exclude ceiling.txt .; then
+  find "$OUT" -maxdepth 1 -type f ! -name logs.tgz ! -name '*.csv' ! -name bench_table.txt ! -name 'accuracy_*' ! -name ceiling.txt -delete
 else
   note "logs.tgz: tar failed, the logs are left as files"
 fi
