@@ -2,7 +2,9 @@
 // CPU's quantize (fp8.cpp) computes, and V written transposed for the kernel's P·V.
 //
 // One thread block takes one scale block (128 rows of one head) of one tensor (blockIdx.z: Q, K,
-// V); each of its 8 warps 16 rows, a row a time across the warp's 32 lanes (d/32 values a lane).
+// V); each of its 8 warps 16 rows, a row across the warp's 32 lanes (d/32 values a lane, one 8- or
+// 4-byte load). A warp issues the loads of all its 16 rows before it uses any: the kernel is bound by
+// memory, and the bytes in flight are what keeps the memory busy.
 // A row with incoherent processing: times the signs, then the fast Walsh–Hadamard transform in
 // registers: the butterflies of stride < d/32 inside a lane, the others between lanes by
 // __shfl_xor_sync (lane partner = lane ^ stride/(d/32)), each (a, b) -> (a + b, a − b) as fwht
@@ -27,6 +29,8 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "check.hpp"
 #include "gpu.hpp"
@@ -52,8 +56,43 @@ struct Tensors {
   const float* v_mean;  // heads × D: subtracted from V's rows
 };
 
-__device__ inline float to_float(__half x) { return __half2float(x); }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+// A lane's E = D/32 consecutive 16-bit values of one row: one 8-byte load at d = 128, one 4-byte load at
+// d = 64 (zeros past the last row), and the same as floats.
+template <int E>
+__device__ inline void load_part(const void* p, bool valid, uint32_t (&w)[E / 2]) {
+  if constexpr (E == 4) {
+    const uint2 u = valid ? *static_cast<const uint2*>(p) : make_uint2(0u, 0u);
+    w[0] = u.x;
+    w[1] = u.y;
+  } else {
+    w[0] = valid ? *static_cast<const uint32_t*>(p) : 0u;
+  }
+}
+__device__ inline float2 to_float2(uint32_t w, __half) {
+  __half2 h;
+  memcpy(&h, &w, sizeof h);
+  return __half22float2(h);
+}
+__device__ inline float2 to_float2(uint32_t w, __nv_bfloat16) {
+  __nv_bfloat162 h;
+  memcpy(&h, &w, sizeof h);
+  return __bfloat1622float2(h);
+}
+template <class T, int E>
+__device__ inline void unpack_part(const uint32_t (&w)[E / 2], float (&x)[E]) {
+#pragma unroll
+  for (int j = 0; j < E / 2; ++j) {
+    const float2 f = to_float2(w[j], T{});
+    x[2 * j] = f.x;
+    x[2 * j + 1] = f.y;
+  }
+}
+
+// Byte i of each of a, b, c, d, as one word (a's byte lowest): a 4 × 4 byte transpose's one row.
+__device__ inline uint32_t byte_column(uint32_t a, uint32_t b, uint32_t c, uint32_t d, int i) {
+  const uint32_t sel = uint32_t(i) | uint32_t(i + 4) << 4;  // the result's bytes 0 and 1: x's byte i, y's byte i
+  return __byte_perm(__byte_perm(a, b, sel), __byte_perm(c, d, sel), 0x5410);
+}
 
 // One row's E = D/32 values in lane `lane`: elements lane·E .. lane·E + E − 1.
 template <int E>
@@ -77,7 +116,7 @@ __device__ inline void fwht_row(float (&x)[E], int lane) {
 }
 
 template <class T, int D, bool kIncoherent, bool kAmaxOnly, bool kCentreV>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, 2)
     fp8_quantize(Tensors t, int N, int blocks, bool per_tensor, SignBits signs, float inv_sqrt_d) {
   constexpr int E = D / 32;
   const int z = blockIdx.z, b = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -91,14 +130,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   float mu[E];  // kCentreV: V's column means, subtracted (the other tensors, or without centring: none)
 #pragma unroll
   for (int i = 0; i < E; ++i) mu[i] = kCentreV && z == 2 ? t.v_mean[size_t(h) * D + lane * E + i] : 0.0f;
+  uint32_t raw[kRowsPerWarp][E / 2];  // the 16 rows' loads, all issued before the first is used
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = b * kScaleRows + warp * kRowsPerWarp + r;
+    load_part<E>(x + size_t(row < N ? row : 0) * D + lane * E, row < N, raw[r]);
+  }
   float v[kRowsPerWarp][E];
   float amax = 0.0f;
   int bad = 0;
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int row = b * kScaleRows + warp * kRowsPerWarp + r;
-#pragma unroll
-    for (int i = 0; i < E; ++i) v[r][i] = row < N ? to_float(x[size_t(row) * D + lane * E + i]) : 0.0f;
+    unpack_part<T, E>(raw[r], v[r]);
 #pragma unroll
     for (int i = 0; i < E; ++i) bad += !isfinite(v[r][i]);
     if (kCentreV && z == 2 && row < N)  // (padding rows stay 0: no key)
@@ -117,7 +161,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   // The block's amax: the warp's, then the 8 warps' in shared memory.
   __shared__ float warp_amax[kWarps];
-  __shared__ uint8_t tile[D][kScaleRows];  // Vᵀ's 128 positions of each of the D rows (V only)
+  // V only: Vᵀ's D rows of 128 positions, as 8 chunks of 16 bytes a row; chunk q of row c is stored at
+  // q ^ ((c / E) % 8), so that the 8 lanes of a store's phase (rows c = lane·E + i) and the 8 threads of a
+  // load's phase (one row's 8 chunks) each meet 8 different chunks: all 32 banks, no conflict.
+  __shared__ uint4 tile[D][kScaleRows / 16];
 #pragma unroll
   for (int m = 16; m > 0; m /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
   if (lane == 0) warp_amax[warp] = amax;
@@ -148,26 +195,32 @@ __global__ void __launch_bounds__(kWarps * 32)
               uint16_t(hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, 0.0f, 0.0f));
         }
       }
-    } else {  // V: through shared memory into Vᵀ's rows, keys in key_position's order
-      const int Np = padded_keys(N);
-      for (int f = threadIdx.x; f < D * kScaleRows / 4; f += kWarps * 32) reinterpret_cast<uint32_t*>(tile)[f] = 0;
-      __syncthreads();
+    } else {  // V: into Vᵀ's rows through shared memory, keys in key_position's order
+      // A lane holds its E columns of the warp's 16 keys (zeros past N), which key_position lays out as
+      // 16 consecutive positions: position 4t + 2a + b holds key 8a + 2t + b. So each column's 16 bytes are
+      // put in order in registers (byte_column: word t is keys 2t, 2t + 1, 8 + 2t, 9 + 2t) and stored as
+      // one chunk: 16-byte stores, where one byte at a time had put 32 lanes' stores in one bank.
+      uint32_t bytes[kRowsPerWarp];  // key r's E bytes
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int k = warp * kRowsPerWarp + r;  // the key within the block; zeros past N
-        uint32_t bytes;
-        if constexpr (E == 4) bytes = hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
-        else bytes = hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, 0.0f, 0.0f);
+        if constexpr (E == 4) bytes[r] = hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
+        else bytes[r] = hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, 0.0f, 0.0f);
+      }
 #pragma unroll
-        for (int i = 0; i < E; ++i) tile[lane * E + i][key_position(k)] = uint8_t(bytes >> (8 * i));
+      for (int i = 0; i < E; ++i) {
+        uint32_t word[4];
+#pragma unroll
+        for (int tq = 0; tq < 4; ++tq)
+          word[tq] = byte_column(bytes[2 * tq], bytes[2 * tq + 1], bytes[8 + 2 * tq], bytes[9 + 2 * tq], i);
+        tile[lane * E + i][warp ^ (lane % 8)] = make_uint4(word[0], word[1], word[2], word[3]);
       }
       __syncthreads();
+      const int Np = padded_keys(N);
       uint8_t* out = t.out[2] + size_t(h) * D * Np;
       const int k0 = b * kScaleRows;
       for (int f = threadIdx.x; f < D * kScaleRows / 16; f += kWarps * 32) {  // 16 bytes a thread
         const int c = f / (kScaleRows / 16), q = f % (kScaleRows / 16);
-        if (k0 + 16 * q < Np)
-          *reinterpret_cast<uint4*>(out + size_t(c) * Np + k0 + 16 * q) = reinterpret_cast<const uint4*>(tile[c])[q];
+        if (k0 + 16 * q < Np) *reinterpret_cast<uint4*>(out + size_t(c) * Np + k0 + 16 * q) = tile[c][q ^ ((c / E) % 8)];
       }
     }
   }
@@ -179,12 +232,19 @@ __global__ void __launch_bounds__(kWarps * 32) v_column_sums(const T* V, int N, 
   constexpr int E = D / 32;
   const int b = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* x = V + size_t(h) * N * D;
-  float s[E] = {};
+  uint32_t raw[kRowsPerWarp][E / 2];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int row = b * kScaleRows + warp * kRowsPerWarp + r;
+    load_part<E>(x + size_t(row < N ? row : 0) * D + lane * E, row < N, raw[r]);
+  }
+  float s[E] = {};
 #pragma unroll
-    for (int i = 0; i < E; ++i) s[i] += row < N ? to_float(x[size_t(row) * D + lane * E + i]) : 0.0f;
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    float f[E];
+    unpack_part<T, E>(raw[r], f);
+#pragma unroll
+    for (int i = 0; i < E; ++i) s[i] += f[i];
   }
   __shared__ float part[kWarps][D];
 #pragma unroll
@@ -217,6 +277,8 @@ void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::
                   std::string("FP8 quantisation takes fp16 or bf16, not ") + course::name(t));
   course::require(s.d == 64 || s.d == 128, "stage 09 runs d = 64 or 128, not d = " + std::to_string(s.d));
   course::require(!scheme.incoherent || int(signs.size()) == s.d, "incoherent processing needs d signs");
+  for (const void* p : {Q, K, V})  // a lane loads its part of a row as one word of 2·d/32 bytes
+    course::require(reinterpret_cast<std::uintptr_t>(p) % 8 == 0, "FP8 quantisation: Q, K and V must be 8-byte aligned");
   SignBits bits{};
   if (scheme.incoherent)
     for (int c = 0; c < s.d; ++c)

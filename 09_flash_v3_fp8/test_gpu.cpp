@@ -616,7 +616,7 @@ TEST_CASE("O on the tensor cores drifts low on inputs of mean 0.5 at N = 4096 un
   }
 }
 
-TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes and empty shapes refused") {
+TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes, empty shapes and misaligned inputs refused") {
   const Shape s{1, 1, 200, 64, false};
   Inputs in = make_inputs(s, Dtype::fp16, course::fresh_seed());
   for (float bad : {NAN, INFINITY})
@@ -638,6 +638,9 @@ TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes and emp
   CHECK_THROWS_AS(launch_quantize(s, Dtype::fp32, schemes()[0], {}, X.get(), X.get(), X.get(), q.view()),
                   course::UsageError);
   CHECK_THROWS_AS(launch_attention(s, Dtype::fp32, q.view(), O.get(), L.get()), course::UsageError);
+  // The quantisation loads a lane's part of a row as one word: an input 2 bytes off 8 is refused, not misread.
+  CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, schemes()[0], {}, X.get() + 1, X.get(), X.get(), q.view()),
+                  course::UsageError);
   const Shape s32{1, 1, 200, 32, false};
   CHECK_THROWS_AS(launch_attention(s32, Dtype::fp16, q.view(), O.get(), L.get()), course::UsageError);
   const Shape empty{1, 1, 0, 64, false};
