@@ -187,7 +187,9 @@ PY
   note "ceiling: $(tail -n 1 "$OUT/ceiling.txt")"
 fi
 
-if tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz --exclude '*.csv' --exclude bench_table.txt --exclude 'accuracy_*' --exclude ceiling.txt .; then
+# The archive is written outside OUT and moved in: written inside, tar sees its own folder change and fails.
+if tar czf "/tmp/stage09_logs.tgz" -C "$OUT" --exclude logs.tgz --exclude '*.csv' --exclude bench_table.txt --exclude 'accuracy_*' --exclude ceiling.txt . &&
+   mv /tmp/stage09_logs.tgz "$OUT/logs.tgz"; then
   find "$OUT" -maxdepth 1 -type f ! -name logs.tgz ! -name '*.csv' ! -name bench_table.txt ! -name 'accuracy_*' ! -name ceiling.txt -delete
 else
   note "logs.tgz: tar failed, the logs are left as files"
