@@ -115,7 +115,8 @@ Quantized quantize(const std::vector<float>& x, int heads, int N, int d, Granula
 // of Np = ⌈N/32⌉·32 bytes, row c holding channel c of every key. And within each group of 32 keys,
 // in the order in which a thread's P arrives from S's accumulators (see key_position): the
 // quantisation kernel writes it so, for free, where FlashAttention-3 transposes V in shared memory.
-// Positions of no key (N ≤ position < Np) hold 0.
+// The positions of no key, key_position(k) for N ≤ k < Np, hold 0 (key_position permutes each group
+// of 32, so they need not be the last positions).
 COURSE_HD inline int padded_keys(int N) { return (N + 31) / 32 * 32; }
 // Where key k goes in its row of Vᵀ. S's accumulator gives thread t of a quad, in a row, the keys
 // 8n + 2t and 8n + 2t + 1 of each 8-key column tile n; the e4m3 A operand of a 32-key step wants

@@ -3,8 +3,9 @@
 //
 // One thread block takes one scale block (128 rows of one head) of one tensor (blockIdx.z: Q, K,
 // V); each of its 8 warps 16 rows, a row across the warp's 32 lanes (d/32 values a lane, one 8- or
-// 4-byte load). A warp issues the loads of all its 16 rows before it uses any: the kernel is bound by
-// memory, and the bytes in flight are what keeps the memory busy.
+// 4-byte load). A warp issues the loads of all its 16 rows before it uses any: without the transform
+// the kernel is bound by memory, and the bytes in flight are what keeps the memory busy (with it, by
+// the transform's shuffles: 20 a row at d = 128).
 // A row with incoherent processing: times the signs, then the fast Walsh–Hadamard transform in
 // registers: the butterflies of stride < d/32 inside a lane, the others between lanes by
 // __shfl_xor_sync (lane partner = lane ^ stride/(d/32)), each (a, b) -> (a + b, a − b) as fwht
@@ -115,6 +116,9 @@ __device__ inline void fwht_row(float (&x)[E], int lane) {
     }
 }
 
+// At least 2 blocks an SM, so up to 128 registers a thread: with all 16 rows loaded first, the
+// incoherent and centred kernels need up to 119 (ptxas's own choice, 80, spilled). Those above 85
+// registers (per block + Hadamard's: 89) fit 2 blocks an SM where the first version fitted 3.
 template <class T, int D, bool kIncoherent, bool kAmaxOnly, bool kCentreV>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     fp8_quantize(Tensors t, int N, int blocks, bool per_tensor, SignBits signs, float inv_sqrt_d) {
@@ -208,11 +212,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       }
 #pragma unroll
       for (int i = 0; i < E; ++i) {
-        uint32_t word[4];
+        uint32_t chunk[4];  // positions 4tq .. 4tq + 3 of column lane·E + i
 #pragma unroll
         for (int tq = 0; tq < 4; ++tq)
-          word[tq] = byte_column(bytes[2 * tq], bytes[2 * tq + 1], bytes[8 + 2 * tq], bytes[9 + 2 * tq], i);
-        tile[lane * E + i][warp ^ (lane % 8)] = make_uint4(word[0], word[1], word[2], word[3]);
+          chunk[tq] = byte_column(bytes[2 * tq], bytes[2 * tq + 1], bytes[8 + 2 * tq], bytes[9 + 2 * tq], i);
+        tile[lane * E + i][warp ^ (lane % 8)] = make_uint4(chunk[0], chunk[1], chunk[2], chunk[3]);
       }
       __syncthreads();
       const int Np = padded_keys(N);
@@ -277,7 +281,7 @@ void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::
                   std::string("FP8 quantisation takes fp16 or bf16, not ") + course::name(t));
   course::require(s.d == 64 || s.d == 128, "stage 09 runs d = 64 or 128, not d = " + std::to_string(s.d));
   course::require(!scheme.incoherent || int(signs.size()) == s.d, "incoherent processing needs d signs");
-  for (const void* p : {Q, K, V})  // a lane loads its part of a row as one word of 2·d/32 bytes
+  for (const void* p : {Q, K, V})  // a lane loads its part of a row as one word: 8 bytes at d = 128 (4 would do at 64)
     course::require(reinterpret_cast<std::uintptr_t>(p) % 8 == 0, "FP8 quantisation: Q, K and V must be 8-byte aligned");
   SignBits bits{};
   if (scheme.incoherent)

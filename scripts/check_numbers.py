@@ -2770,11 +2770,23 @@ def _(D, F):
             min(d64), max(d64)]
 
 
-@prose(CH09, r"The quantisation itself, a kernel bound by memory, went from ([\d.]+)–([\d.]+) to ([\d.]+)–([\d.]+) TB/s once\sa warp's loads were in flight together")
+@prose(CH09, r"The quantisation itself went from ([\d.]+)–([\d.]+) to ([\d.]+)–([\d.]+) TB/s \(([\d.]+)–([\d.]+) without the transform,\sabout a copy's rate\)")
 def _(D, F):
     v = ["quant_" + x for x in QUANT09_SCHEMES.values()]
-    gb = lambda key: [float(r["gbps"]) / 1000 for r in F[key] if r["variant"] in v and r["ms"]]  # noqa: E731
-    return [min(gb("h200_09_main")), max(gb("h200_09_main")), min(gb("h200_09_quant")), max(gb("h200_09_quant"))]
+    gb = lambda key, names=v: [float(r["gbps"]) / 1000 for r in F[key] if r["variant"] in names and r["ms"]]  # noqa: E731
+    plain = gb("h200_09_quant", ["quant_per_tensor", "quant_per_block"])
+    plain128 = [float(r["gbps"]) / 1000 for r in F["h200_09_quant"]
+                if r["variant"] in ("quant_per_tensor", "quant_per_block") and " d=128 " in r["shape"] and r["ms"]]
+    assert min(plain) > 3.8, plain
+    return [min(gb("h200_09_main")), max(gb("h200_09_main")), min(gb("h200_09_quant")), max(gb("h200_09_quant")),
+            min(plain128), max(plain128)]
+
+
+@prose(CH09, r"Per tensor \+\sHadamard transforms twice, once for the amax and once for the bytes: (\d+) µs above per tensor\s\(([\d.]+) − ([\d.]+) ms\), about twice (\d+)\.")
+def _(D, F):
+    ms = lambda v: float(cell_rows09(F["h200_09_quant"], v, 128, 4096, False)[0]["ms"])  # noqa: E731
+    return [1e3 * (ms("quant_per_tensor_hadamard") - ms("quant_per_tensor")), ms("quant_per_tensor_hadamard"),
+            ms("quant_per_tensor"), 5 * 4 * 2 * 16384 * 16 / 132 / 1.98e3]
 
 
 @prose(CH09, r"gives the same RMSE picture \(\+(\d+)%\son N\(0, 1\), −([\d.]+)% and \+([\d.]+)% with outliers\) and the largest error only (\d+)–(\d+)% higher")
