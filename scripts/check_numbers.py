@@ -2771,7 +2771,7 @@ def last_rungs_h200_09(F):
             min(d64), max(d64)]
 
 
-@prose(CH09, r"There, in the main\sjob, the wide rung is ([\d.]+)–([\d.]+)× stage 08's last rung in all four d = 128 cells, and its last\sexperiment, `_wide_lin`, is ([\d.]+)–([\d.]+)×, also over 1\.5× against stage 08's better causal schedule:\s([\d,]+) TFLOP/s at N = 16384, (\d+)% of an e4m3 matrix product on the same card\. `_wide_lin` no longer\scomputes the softmax's exponentials: P̃ is rounded to e4m3, three bits of mantissa, and fp16's bit\spattern is nearly the logarithm of its value, so two FFMAs and a conversion make P̃'s bytes, for (\d+)%\smore RMSE on N\(0, 1\) inputs; the same trick in the default kernel lifts d = 64 to ([\d.]+)–([\d.]+)×\sstage 08\.")
+@prose(CH09, r"There, in the main\sjob, the wide rung is ([\d.]+)–([\d.]+)× stage 08's last rung in all four d = 128 cells, and its last\sexperiment, `_wide_lin`, is ([\d.]+)–([\d.]+)×, also over 1\.5× against stage 08's better causal schedule:\s([\d,]+) TFLOP/s at N = 16384, (\d+)% of an e4m3 matrix product on the same card\.\s- \*\*Without the exponential unit\.\*\* `_wide_lin` no longer\scomputes the softmax's exponentials: P̃ is rounded to e4m3, three bits of mantissa, and fp16's bit\spattern is nearly the logarithm of its value, so two FFMAs and a conversion make P̃'s bytes, for (\d+)%\smore RMSE on N\(0, 1\) inputs; the same trick in the default kernel lifts d = 64 to ([\d.]+)–([\d.]+)×\sstage 08\.")
 def _(D, F):
     return last_rungs_h200_09(F)
 
