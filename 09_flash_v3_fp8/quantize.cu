@@ -4,8 +4,8 @@
 // One thread block takes one scale block (128 rows of one head) of one tensor (blockIdx.z: Q, K,
 // V); each of its 8 warps 16 rows, a row across the warp's 32 lanes (d/32 values a lane, one 8- or
 // 4-byte load). A warp issues the loads of all its 16 rows before it uses any: without the transform
-// the kernel is bound by memory, and the bytes in flight are what keeps the memory busy (with it, by
-// the transform's shuffles: 20 a row at d = 128).
+// the kernel is bound by memory, and the bytes in flight are what keeps the memory busy (with it, the
+// transform's shuffles, 20 a row at d = 128, add their time to the bytes').
 // A row with incoherent processing: times the signs, then the fast Walsh–Hadamard transform in
 // registers: the butterflies of stride < d/32 inside a lane, the others between lanes by
 // __shfl_xor_sync (lane partner = lane ^ stride/(d/32)), each (a, b) -> (a + b, a − b) as fwht
