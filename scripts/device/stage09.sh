@@ -5,8 +5,8 @@
 #   sass      resource use of every kernel, and the instructions that matter in the last rungs' kernels
 #             (QGMMA, MUFU.EX2, FFMA.SAT, PRMT, F2FP, STL/LDL spills, WARPGROUP: serialised wgmmas if above 20)
 #   test      stage 09's GPU tests (about 5 minutes on an H200)
-#   sanitize  compute-sanitizer's four tools on the scheme test, the descales test and the lin test (small
-#             shapes: COURSE_SANITIZER=1)
+#   sanitize  compute-sanitizer's four tools on the scheme test, the descales test, the lin test and the tiny
+#             bf16 inputs' test (small shapes: COURSE_SANITIZER=1)
 #   bench     the main job's rows (course's sweep: d = 64 and 128, causal or not, N = 4096 and 16384,
 #             B·N = 16384, fp16; counters on), then stage 08 in FlashAttention-3's tile order (tuned_lpt)
 #             beside the wide kernels at causal N = 4096, LPT_PROCS processes in alternating orders
@@ -90,7 +90,7 @@ if has sanitize; then
   for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
     log="$OUT/sanitize_$tool.log"
     COURSE_SANITIZER=1 timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      $B/test_09_flash_v3_fp8_gpu '-tc=every scheme*,*own descales*,*fp8_*_lin:*' >"$log" 2>&1
+      $B/test_09_flash_v3_fp8_gpu '-tc=every scheme*,*own descales*,*fp8_*_lin:*,bf16 inputs*' >"$log" 2>&1
     note "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) $(grep -E '^\[doctest\] assertions' "$log")"
     grep -E "^=+ (Error|Warning|Race|   )" "$log" | head -n 12
   done
@@ -130,6 +130,12 @@ if os.path.exists(out + "/main.csv"):
         m08, f08 = float(s08["ms"]), float(s08["ms_min"])
         parts = [f"{v[4:]} {m08 / float(by[v]['ms']):.2f} ({f08 / float(by[v]['ms']):.2f})" for v in last if v in by]
         print(f"  {c:26s} 08 {m08:.3f} ({f08:.3f}) | " + " | ".join(parts))
+    print("the quantisation (N = 4096, non-causal; the same in every cell): ms (GB/s)")
+    for d in ("64", "128"):
+        quant = [r for r in rows if r["variant"].startswith("quant_") and f" d={d} " in r["shape"]
+                 and " N=4096 " in r["shape"] and "causal=0" in r["shape"]]
+        print(f"  d={d:4s}" + " | ".join(f"{r['variant'][6:]} {float(r['ms']):.3f} ({float(r['gbps']):.0f})" for r in
+                                          sorted(quant, key=lambda r: r["variant"])))
 parts = sorted(glob.glob(out + "/lpt_*.csv"))  # the processes' CSVs, merged into lpt.csv with a process column
 merged = []
 for path in parts:
