@@ -58,7 +58,7 @@ TEST_CASE("P̃ without the exponential unit: lin_e4m3 is 2^x within ±3.1% befor
   // x = S·c − base with c = 1, base = 0: x is S itself.
   const float a = lin_a(1.0f), b = lin_b(0.0f);
   // The linear mantissa, centred by δ: 1 + f for 2^f is 0 to 6.1% high, times 2^(−44/1024) = 0.971, so within
-    // [−2.95%, +3.04%] (and the rounding of y to an integer, half of 1/1024 of a binade) while the fp16 value is normal
+  // [−2.95%, +3.04%] (and the rounding of y to an integer, half of 1/1024 of a binade) while the fp16 value is normal
   // (x ≥ −14 + 44/1024; below it fp16's subnormals are linear in v, not in log v, and P̃ is 2^-22 of the row's max).
   double lo = 1.0, hi = -1.0, sum = 0.0;
   int n = 0;
@@ -73,7 +73,7 @@ TEST_CASE("P̃ without the exponential unit: lin_e4m3 is 2^x within ±3.1% befor
   CHECK(lo < -0.028);  // the bound is met, not loose: the error reaches it on both sides
   CHECK(hi > 0.029);
   // Centred for the extremes, not the mean: on average a P̃ is 1% high, which O = Σ P̃·v / Σ P̃ divides away.
-    CHECK(sum / n > 0.0095);
+  CHECK(sum / n > 0.0095);
   CHECK(sum / n < 0.0107);
   // At an integer x (where the row's max puts its largest P̃: x − m + 8 = 8), 2^x exactly once in e4m3.
   for (int k = -9; k <= 8; ++k) {
