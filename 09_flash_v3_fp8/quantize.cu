@@ -4,12 +4,13 @@
 // One thread block takes one scale block (128 rows of one head) of one tensor (blockIdx.z: Q, K,
 // V); each of its 8 warps 16 rows, a row across the warp's 32 lanes (d/32 values a lane, one 8- or
 // 4-byte load). A warp issues the loads of all its 16 rows before it uses any: without the transform
-// the kernel is bound by memory, and the bytes in flight are what keeps the memory busy (with it, the
-// transform's shuffles, 20 a row at d = 128, add their time to the bytes').
-// A row with incoherent processing: times the signs, then the fast Walsh–Hadamard transform in
-// registers: the butterflies of stride < d/32 inside a lane, the others between lanes by
-// __shfl_xor_sync (lane partner = lane ^ stride/(d/32)), each (a, b) -> (a + b, a − b) as fwht
-// does on the CPU, in the same order; then times 1/√d. O(d log d) a row: 7 rounds at d = 128.
+// the kernel is bound by memory, and the bytes in flight are what keeps the memory busy. With it, a row
+// across 32 lanes took 20 shuffles at d = 128, which added their time to the bytes'; across 4 lanes
+// (below), 8.
+// A row with incoherent processing (Q and K): times the signs, then the fast Walsh–Hadamard transform in
+// registers, each butterfly (a, b) -> (a + b, a − b) as fwht does on the CPU, in the same order of strides;
+// then times 1/√d. O(d log d) a row: 7 rounds at d = 128. Such a row goes across 4 lanes, not 32 (see
+// fwht_quad): 2 of the rounds between lanes by __shfl_xor_sync, where 32 lanes needed 5.
 //
 // Per block: the block's amax (warp maxima, then across the warps in shared memory), then the
 // bytes: one pass, each input read once. Per tensor: the same kernel twice, first only for the
@@ -95,30 +96,37 @@ __device__ inline uint32_t byte_column(uint32_t a, uint32_t b, uint32_t c, uint3
   return __byte_perm(__byte_perm(a, b, sel), __byte_perm(c, d, sel), 0x5410);
 }
 
-// One row's E = D/32 values in lane `lane`: elements lane·E .. lane·E + E − 1.
-template <int E>
-__device__ inline void fwht_row(float (&x)[E], int lane) {
+// Incoherent processing of Q and K, by "quads": a row across 4 lanes (D/4 values a lane, 8 rows of a warp at a
+// time), where a row across 32 lanes pays 5 rounds of shuffles (20 a row at d = 128), the bound of the kernel.
+// Lane p = lane % 4 of a row's four holds its chunks j·4 + p of 8 values (j < D/32): element c = 32j + 8p + o,
+// so each 16-byte load of the four lanes is 64 contiguous bytes. In fwht's order of strides, 1, 2, 4 are
+// inside a chunk, 8 and 16 between the four lanes (2 rounds of shuffles: 8 a row at d = 128), 32 and 64
+// between a lane's chunks; the same additions in the same order, so the bytes stay the CPU's.
+// The values of a warp's pass (8 rows) are x(j·8 + o), kept in the same registers as the rows' layout's.
+template <int D, class At>
+__device__ inline void fwht_quad(At x, int p) {
+  constexpr int kVals = D / 4;  // a lane's values of the row: value 8j + o is element 32j + 8p + o
+  auto inside = [&](int bit) {  // one stride's butterflies inside the lane: values k and k + bit
 #pragma unroll
-  for (int h = 1; h < E; h *= 2)  // inside the lane
-#pragma unroll
-    for (int i = 0; i < E; ++i)
-      if ((i & h) == 0) {
-        const float a = x[i], b = x[i + h];
-        x[i] = a + b;
-        x[i + h] = a - b;
+    for (int k = 0; k < kVals; ++k)
+      if ((k & bit) == 0) {
+        const float a = x(k), b = x(k + bit);
+        x(k) = a + b;
+        x(k + bit) = a - b;
       }
+  };
+  inside(1), inside(2), inside(4);  // element strides 1, 2, 4: within a chunk
 #pragma unroll
-  for (int m = 1; m < 32; m *= 2)  // between lanes: stride h = m·E
+  for (int q = 1; q < 4; q *= 2)  // strides 8, 16: between the row's four lanes
 #pragma unroll
-    for (int i = 0; i < E; ++i) {
-      const float partner = __shfl_xor_sync(0xffffffffu, x[i], m);
-      x[i] = (lane & m) == 0 ? x[i] + partner : partner - x[i];
+    for (int k = 0; k < kVals; ++k) {
+      const float partner = __shfl_xor_sync(0xffffffffu, x(k), q);
+      x(k) = (p & q) == 0 ? x(k) + partner : partner - x(k);
     }
+#pragma unroll
+  for (int bit = 8; bit < kVals; bit *= 2) inside(bit);  // strides 32 (and 64 at d = 128): between chunks
 }
 
-// At least 2 blocks an SM, so up to 128 registers a thread: with all 16 rows loaded first, the
-// incoherent and centred kernels need up to 119 (ptxas's own choice, 80, spilled). Those above 85
-// registers (per block + Hadamard's: 89) fit 2 blocks an SM where the first version fitted 3.
 template <class T, int D, bool kIncoherent, bool kAmaxOnly, bool kCentreV>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     fp8_quantize(Tensors t, int N, int blocks, bool per_tensor, SignBits signs, float inv_sqrt_d) {
@@ -127,41 +135,72 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // (Chosen by ?: rather than indexed by z, which would copy the arrays to local memory.)
   auto pick = [z](auto a, auto b, auto c) { return z == 0 ? a : z == 1 ? b : c; };
   const T* x = static_cast<const T*>(pick(t.in[0], t.in[1], t.in[2])) + size_t(h) * N * D;
-  const uint32_t word = (lane * E) / 32 == 0 ? signs.bits[0] : (lane * E) / 32 == 1 ? signs.bits[1]
-                        : (lane * E) / 32 == 2 ? signs.bits[2] : signs.bits[3];
-  const uint32_t my_signs = word >> ((lane * E) % 32);  // bit i: element lane·E + i
   const bool transform = kIncoherent && z < 2;  // Q and K; V as it is, less v̄
   float mu[E];  // kCentreV: V's column means, subtracted (the other tensors, or without centring: none)
 #pragma unroll
   for (int i = 0; i < E; ++i) mu[i] = kCentreV && z == 2 ? t.v_mean[size_t(h) * D + lane * E + i] : 0.0f;
-  uint32_t raw[kRowsPerWarp][E / 2];  // the 16 rows' loads, all issued before the first is used
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int row = b * kScaleRows + warp * kRowsPerWarp + r;
-    load_part<E>(x + size_t(row < N ? row : 0) * D + lane * E, row < N, raw[r]);
-  }
+  // The warp's 16 rows: all their loads issued before the first is used. v and raw hold them in the rows'
+  // layout (v[r][i]: element lane·E + i of row r) or, with the transform, in the quads' (value k of pass π
+  // is v's (π·E·8 + k)-th float, its chunk j = k / 8 the raw words 4·(π·E + j) .. + 3): the same registers.
+  uint32_t raw[kRowsPerWarp][E / 2];
   float v[kRowsPerWarp][E];
+  auto raw_at = [&](int w) -> uint32_t& { return raw[w / (E / 2)][w % (E / 2)]; };
+  auto v_at = [&](int f) -> float& { return v[f / E][f % E]; };
+  constexpr int kPasses = kRowsPerWarp / 8, kQuadVals = D / 4;  // the quads: 2 passes of 8 rows, D/4 values a lane
+  const int g = lane / 4, p = lane % 4;                          // the quads: a pass's row, the lane within it
   float amax = 0.0f;
   int bad = 0;
+  if (transform) {
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int row = b * kScaleRows + warp * kRowsPerWarp + r;
-    unpack_part<T, E>(raw[r], v[r]);
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int row = b * kScaleRows + warp * kRowsPerWarp + pass * 8 + g;
 #pragma unroll
-    for (int i = 0; i < E; ++i) bad += !isfinite(v[r][i]);
-    if (kCentreV && z == 2 && row < N)  // (padding rows stay 0: no key)
-#pragma unroll
-      for (int i = 0; i < E; ++i) v[r][i] -= mu[i];
-    if (transform) {
-#pragma unroll
-      for (int i = 0; i < E; ++i)
-        if ((my_signs >> i) & 1) v[r][i] = -v[r][i];
-      fwht_row<E>(v[r], lane);
-#pragma unroll
-      for (int i = 0; i < E; ++i) v[r][i] *= inv_sqrt_d;
+      for (int j = 0; j < E; ++j) {
+        const uint4 u = row < N ? *reinterpret_cast<const uint4*>(x + size_t(row < N ? row : 0) * D + (j * 4 + p) * 8)
+                                : make_uint4(0u, 0u, 0u, 0u);
+        const int w = 4 * (pass * E + j);
+        raw_at(w) = u.x, raw_at(w + 1) = u.y, raw_at(w + 2) = u.z, raw_at(w + 3) = u.w;
+      }
     }
 #pragma unroll
-    for (int i = 0; i < E; ++i) amax = fmaxf(amax, fabsf(v[r][i]));
+    for (int pass = 0; pass < kPasses; ++pass) {
+      auto at = [&](int k) -> float& { return v_at(pass * kQuadVals + k); };
+#pragma unroll
+      for (int k = 0; k < kQuadVals; k += 2) {
+        const float2 f = to_float2(raw_at((pass * kQuadVals + k) / 2), T{});
+        at(k) = f.x, at(k + 1) = f.y;
+      }
+#pragma unroll
+      for (int k = 0; k < kQuadVals; ++k) {
+        bad += !isfinite(at(k));
+        // element 32j + 8p + o's sign: bit 8p + o of the signs' word j
+        if ((signs.bits[k / 8] >> (8 * p + k % 8)) & 1) at(k) = -at(k);
+      }
+      fwht_quad<D>(at, p);
+#pragma unroll
+      for (int k = 0; k < kQuadVals; ++k) {
+        at(k) *= inv_sqrt_d;
+        amax = fmaxf(amax, fabsf(at(k)));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int row = b * kScaleRows + warp * kRowsPerWarp + r;
+      load_part<E>(x + size_t(row < N ? row : 0) * D + lane * E, row < N, raw[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int row = b * kScaleRows + warp * kRowsPerWarp + r;
+      unpack_part<T, E>(raw[r], v[r]);
+#pragma unroll
+      for (int i = 0; i < E; ++i) bad += !isfinite(v[r][i]);
+      if (kCentreV && z == 2 && row < N)  // (padding rows stay 0: no key)
+#pragma unroll
+        for (int i = 0; i < E; ++i) v[r][i] -= mu[i];
+#pragma unroll
+      for (int i = 0; i < E; ++i) amax = fmaxf(amax, fabsf(v[r][i]));
+    }
   }
   // The block's amax: the warp's, then the 8 warps' in shared memory.
   __shared__ float warp_amax[kWarps];
@@ -185,7 +224,20 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const float inv = amax > 0.0f ? kE4m3Max / amax : 1.0f;  // as quantize() on the CPU
     if (threadIdx.x == 0)
       pick(t.scale[0], t.scale[1], t.scale[2])[size_t(h) * blocks + b] = amax > 0.0f ? amax / kE4m3Max : 1.0f;
-    if (z < 2) {  // Q, K: the rows as they are, E bytes a lane, a warp's 32 lanes one row
+    if (transform) {  // Q, K transformed: 8 bytes a chunk, the four lanes of a row 32 contiguous bytes a store
+      uint8_t* out = (z == 0 ? t.out[0] : t.out[1]) + size_t(h) * N * D;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int row = b * kScaleRows + warp * kRowsPerWarp + pass * 8 + g;
+        if (row < N)
+#pragma unroll
+          for (int j = 0; j < E; ++j) {
+            auto at = [&](int o) { return v_at(pass * kQuadVals + j * 8 + o) * inv; };
+            *reinterpret_cast<uint2*>(out + size_t(row) * D + (j * 4 + p) * 8) =
+                make_uint2(hopper::pack_e4m3(at(0), at(1), at(2), at(3)), hopper::pack_e4m3(at(4), at(5), at(6), at(7)));
+          }
+      }
+    } else if (z < 2) {  // Q, K: the rows as they are, E bytes a lane, a warp's 32 lanes one row
       uint8_t* out = (z == 0 ? t.out[0] : t.out[1]) + size_t(h) * N * D;
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -281,8 +333,8 @@ void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::
                   std::string("FP8 quantisation takes fp16 or bf16, not ") + course::name(t));
   course::require(s.d == 64 || s.d == 128, "stage 09 runs d = 64 or 128, not d = " + std::to_string(s.d));
   course::require(!scheme.incoherent || int(signs.size()) == s.d, "incoherent processing needs d signs");
-  for (const void* p : {Q, K, V})  // a lane loads its part of a row as one word: 8 bytes at d = 128 (4 would do at 64)
-    course::require(reinterpret_cast<std::uintptr_t>(p) % 8 == 0, "FP8 quantisation: Q, K and V must be 8-byte aligned");
+  for (const void* p : {Q, K, V})  // one word a lane: 16 bytes with the transform (8 or 4 without)
+    course::require(reinterpret_cast<std::uintptr_t>(p) % 16 == 0, "FP8 quantisation: Q, K and V must be 16-byte aligned");
   SignBits bits{};
   if (scheme.incoherent)
     for (int c = 0; c < s.d; ++c)
