@@ -3,7 +3,7 @@
 //
 // One thread block takes one scale block (128 rows of one head) of one tensor (blockIdx.z: Q, K,
 // V); each of its 8 warps 16 rows, a row across the warp's 32 lanes (d/32 values a lane, one 8- or
-// 4-byte load). A warp issues the loads of all its 16 rows before it uses any: without the transform
+// 4-byte load) or, for Q and K with the transform, across 4 (fwht_quad). A warp issues the loads of all its 16 rows before it uses any: without the transform
 // the kernel is bound by memory, and the bytes in flight are what keeps the memory busy. With it, a row
 // across 32 lanes took 20 shuffles at d = 128, which added their time to the bytes'; across 4 lanes
 // (below), 8.
@@ -127,6 +127,9 @@ __device__ inline void fwht_quad(At x, int p) {
   for (int bit = 8; bit < kVals; bit *= 2) inside(bit);  // strides 32 (and 64 at d = 128): between chunks
 }
 
+// At least 2 blocks an SM, so up to 128 registers a thread: with all 16 rows loaded first, the incoherent
+// and centred kernels need up to 111 (ptxas's own choice, 80, spilled). Those above 85 registers (per block
+// + Hadamard's: 92 to 95) fit 2 blocks an SM where the first version fitted 3.
 template <class T, int D, bool kIncoherent, bool kAmaxOnly, bool kCentreV>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     fp8_quantize(Tensors t, int N, int blocks, bool per_tensor, SignBits signs, float inv_sqrt_d) {
@@ -156,8 +159,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       const int row = b * kScaleRows + warp * kRowsPerWarp + pass * 8 + g;
 #pragma unroll
       for (int j = 0; j < E; ++j) {
-        const uint4 u = row < N ? *reinterpret_cast<const uint4*>(x + size_t(row < N ? row : 0) * D + (j * 4 + p) * 8)
-                                : make_uint4(0u, 0u, 0u, 0u);
+        const T* src = x + size_t(row < N ? row : 0) * D + (j * 4 + p) * 8;
+        const uint4 u = row < N ? *reinterpret_cast<const uint4*>(src) : make_uint4(0u, 0u, 0u, 0u);
         const int w = 4 * (pass * E + j);
         raw_at(w) = u.x, raw_at(w + 1) = u.y, raw_at(w + 2) = u.z, raw_at(w + 3) = u.w;
       }
@@ -333,8 +336,13 @@ void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::
                   std::string("FP8 quantisation takes fp16 or bf16, not ") + course::name(t));
   course::require(s.d == 64 || s.d == 128, "stage 09 runs d = 64 or 128, not d = " + std::to_string(s.d));
   course::require(!scheme.incoherent || int(signs.size()) == s.d, "incoherent processing needs d signs");
-  for (const void* p : {Q, K, V})  // one word a lane: 16 bytes with the transform (8 or 4 without)
-    course::require(reinterpret_cast<std::uintptr_t>(p) % 16 == 0, "FP8 quantisation: Q, K and V must be 16-byte aligned");
+  // A lane loads its part of a row as one word: 16 bytes for Q and K with the transform, else 8 (4 would do at
+  // d = 64); the transform's Q and K bytes are stored 8 at a time.
+  const auto aligned = [](const void* p, std::uintptr_t n) { return reinterpret_cast<std::uintptr_t>(p) % n == 0; };
+  const std::uintptr_t qk = scheme.incoherent ? 16 : 8;
+  course::require(aligned(Q, qk) && aligned(K, qk) && aligned(V, 8),
+                  "FP8 quantisation: Q and K must be " + std::to_string(qk) + "-byte aligned, V 8-byte aligned");
+  course::require(aligned(out.Q, 8) && aligned(out.K, 8), "FP8 quantisation: its Q and K outputs must be 8-byte aligned");
   SignBits bits{};
   if (scheme.incoherent)
     for (int c = 0; c < s.d; ++c)

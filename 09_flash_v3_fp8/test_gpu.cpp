@@ -638,14 +638,18 @@ TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes, empty 
   CHECK_THROWS_AS(launch_quantize(s, Dtype::fp32, schemes()[0], {}, X.get(), X.get(), X.get(), q.view()),
                   course::UsageError);
   CHECK_THROWS_AS(launch_attention(s, Dtype::fp32, q.view(), O.get(), L.get()), course::UsageError);
-  // The quantisation loads a lane's part of a row as one word: an input 2 bytes off 8 is refused with a
-  // message rather than faulting on a misaligned load.
+  // The quantisation loads a lane's part of a row as one word: an input 2 bytes off 8 (or, for Q and K with
+  // the transform, 8 bytes off 16) is refused with a message rather than faulting on a misaligned load.
   CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, schemes()[0], {}, X.get() + 1, X.get(), X.get(), q.view()),
                   course::UsageError);
   CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, schemes()[0], {}, X.get(), X.get() + 1, X.get(), q.view()),
                   course::UsageError);
   CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, schemes()[0], {}, X.get(), X.get(), X.get() + 1, q.view()),
                   course::UsageError);
+  for (int which : {0, 1})
+    CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, schemes()[2], random_signs(64, 1), which == 0 ? X.get() + 4 : X.get(),
+                                    which == 1 ? X.get() + 4 : X.get(), X.get(), q.view()),
+                    course::UsageError);
   const Shape s32{1, 1, 200, 32, false};
   CHECK_THROWS_AS(launch_attention(s32, Dtype::fp16, q.view(), O.get(), L.get()), course::UsageError);
   const Shape empty{1, 1, 0, 64, false};
