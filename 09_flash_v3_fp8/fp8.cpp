@@ -165,7 +165,7 @@ Quantized quantize(const std::vector<float>& x, int heads, int N, int d, Granula
   if (g == Granularity::tensor) std::fill(amax.begin(), amax.end(), *std::max_element(amax.begin(), amax.end()));
   for (int h = 0; h < heads; ++h)
     for (int r = 0; r < N; ++r) {
-      const float a = amax[std::size_t(h) * q.blocks() + r / kScaleRows];
+      const float a = scale_amax(amax[std::size_t(h) * q.blocks() + r / kScaleRows]);
       const float inv = a > 0.0f ? kE4m3Max / a : 1.0f;  // float division, as on the GPU
       q.scale[std::size_t(h) * q.blocks() + r / kScaleRows] = a > 0.0f ? a / kE4m3Max : 1.0f;
       for (int c = 0; c < d; ++c) {

@@ -37,6 +37,11 @@
 namespace attention::fp8 {
 
 constexpr float kE4m3Max = 448.0f;
+// The smallest amax a scale is made from. Below 2^-119, 448/amax overflows float (448·2^120 > FLT_MAX), and
+// x·inf is ±inf, or NaN for a 0: a block whose values all lie below it is scaled as if its amax were 2^-119,
+// coarser but never NaN. Only bf16 inputs get there (fp16's smallest value is 2^-24).
+constexpr float kMinAmax = 0x1p-119f;
+COURSE_HD inline float scale_amax(float amax) { return amax > 0.0f && amax < kMinAmax ? kMinAmax : amax; }
 constexpr double kUnitRoundoff = 1.0 / 16.0;  // 2^-(3 mantissa bits + 1)
 // The rows a scale covers in the per-block scheme: the kernel's key blocks (Bc) of K and V, and 128
 // rows of Q (the tile at d = 128; at d = 64 a tile has 192 rows, and each warpgroup's 64 lie in one block).

@@ -224,6 +224,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   } else {
     if (bad != 0) atomicAdd(t.bad, bad);
     if (per_tensor) amax = t.amax[z];
+    amax = scale_amax(amax);
     const float inv = amax > 0.0f ? kE4m3Max / amax : 1.0f;  // as quantize() on the CPU
     if (threadIdx.x == 0)
       pick(t.scale[0], t.scale[1], t.scale[2])[size_t(h) * blocks + b] = amax > 0.0f ? amax / kE4m3Max : 1.0f;

@@ -167,7 +167,7 @@ TEST_CASE("tiles: 192 query rows at d = 64, 128 at d = 128; laid from N rounded 
   }
 }
 
-TEST_CASE("quantize: scales from the block's (or the tensor's) amax, bytes within u, zeros, NaN refused") {
+TEST_CASE("quantize: scales from the block's (or the tensor's) amax, bytes within u, zeros, values below 2^-119, NaN refused") {
   const std::uint64_t seed = course::fresh_seed();
   CAPTURE(seed);
   const int heads = 2, N = 300, d = 64;  // 300 rows: blocks of 128, 128 and 44
@@ -192,6 +192,19 @@ TEST_CASE("quantize: scales from the block's (or the tensor's) amax, bytes withi
           CHECK(std::fabs(got - v) <= std::max(kUnitRoundoff * std::fabs(v), std::ldexp(1.0, -10) * s) * (1 + 1e-6));
         }
     CHECK(q.value(0, 5, 7) == doctest::Approx(300.0));  // the amax lands on 448 exactly
+  }
+  // Values all below 2^-119 (bf16 can hold them): the scale is made from 2^-119, not from their amax, whose
+  // 448/amax would overflow to inf and make every 0 a NaN byte.
+  auto tiny = course::random_uniform(std::size_t(128) * 64, seed + 1, -1e-37f, 2e-37f);
+  for (Granularity g : {Granularity::tensor, Granularity::block}) {
+    const Quantized t = quantize(tiny, 1, 128, 64, g);
+    CHECK(t.scale[0] == kMinAmax / kE4m3Max);
+    CHECK(std::none_of(t.bytes.begin(), t.bytes.end(), [](std::uint8_t b) { return (b & 0x7F) == 0x7F; }));
+    for (int r = 0; r < 128; ++r)
+      for (int c = 0; c < 64; ++c) {
+        const double v = tiny[std::size_t(r) * 64 + c], got = t.value(0, r, c), s = t.descale(0, r);
+        CHECK(std::fabs(got - v) <= std::max(kUnitRoundoff * std::fabs(v), std::ldexp(1.0, -10) * s) * (1 + 1e-6));
+      }
   }
   const Quantized zeros = quantize(std::vector<float>(128 * 64, 0.0f), 1, 128, 64, Granularity::block);
   CHECK(zeros.scale[0] == 1.0f);

@@ -655,3 +655,20 @@ TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes, empty 
   const Shape empty{1, 1, 0, 64, false};
   CHECK_THROWS_AS(launch_attention(empty, Dtype::fp16, q.view(), O.get(), L.get()), course::UsageError);
 }
+
+TEST_CASE("bf16 inputs below 2^-119: the scale from 2^-119, the CPU's bytes, no NaN byte, O finite") {
+  const Shape s{1, 2, 300, 128, false};
+  const Inputs in = make_inputs(s, Dtype::bf16, course::fresh_seed(), 1.0f, -1e-37f, 2e-37f);
+  for (const Scheme& scheme : {schemes()[0], schemes()[1]}) {  // per tensor, per block
+    CAPTURE(scheme.name());
+    const Run r = run(s, Dtype::bf16, in, scheme, in.seed);
+    CHECK(differing(r.Q, r.cpu.Q.bytes) == 0);
+    CHECK(differing(r.K, r.cpu.K.bytes) == 0);
+    CHECK(differing(r.Vt, transpose_v(r.cpu.V)) == 0);
+    for (const auto* scales : {&r.q_scale, &r.k_scale, &r.v_scale})
+      CHECK(std::all_of(scales->begin(), scales->end(), [](float x) { return x == kMinAmax / kE4m3Max; }));
+    for (const auto* bytes : {&r.Q, &r.K, &r.Vt})
+      CHECK(std::none_of(bytes->begin(), bytes->end(), [](std::uint8_t b) { return (b & 0x7F) == 0x7F; }));
+    CHECK(std::all_of(r.O.begin(), r.O.end(), [](float x) { return std::isfinite(x); }));
+  }
+}
