@@ -55,6 +55,7 @@
 //
 // IO: stage 06's model with 1-byte Q, K and V (and Vᵀ's rows padded to 32 keys): O and L as before.
 #include <algorithm>
+#include <cfloat>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -410,6 +411,13 @@ __device__ inline void store_p(const uint32_t (&P)[Bc / 32][4], uint32_t Ps, int
   hopper::fence_proxy_async();
 }
 
+// A block's multiplier c·sq·sk (its scores' unit), never 0. Below 2^-149 it rounds to 0 in fp32, and a masked score
+// (−inf) times 0 is NaN. Only bf16 inputs get there, Q's and K's amax multiplying to below about 2^-128 (an amax
+// below 2^-119 is floored there, a descale of 2^-127.8: two multiply to 2^-255.6). Every score is then below
+// 448²·d·2^-149 < 2^-100 in size, which no exponential tells from 0; floored at FLT_MIN (2^-126), still below
+// 2^-100. One FMNMX a block.
+__device__ inline float score_unit(float cq, float sk) { return fmaxf(cq * sk, FLT_MIN); }
+
 // Rung 6's softmax_scores_tuned with the block's multiplier cj = scale·log₂e·sq·sk_j: m is in units
 // of x = S_acc·cj; P̃ = 2^(x − m + 8). kPolyEvery > 0: every kPolyEvery-th 8-key tile's exponentials
 // by stage 08's exp2_poly on the FMA pipe (an experiment: at d = 128 the exponential unit's 16 a
@@ -591,7 +599,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         pack_p<kBc, kLin>(S[0], P);
         if constexpr (kPSmem) store_p(P, at(pipe.P(cwg, k_)), cwarp % 4);
       };
-      softmax_scores<kPolyEvery, !kSumByMma, NT, kLazy, kLin>(S[0], m, l, cq * k_scale(blocks - 1 - b0), alpha);
+      softmax_scores<kPolyEvery, !kSumByMma, NT, kLazy, kLin>(S[0], m, l, score_unit(cq, k_scale(blocks - 1 - b0)), alpha);
       make_p(it + b0);
       // kSumByMma: l = l·(f·u) + the block's row sum, as soon as P̃·V is complete, so that the row
       // sums' registers are free again before the next turn (at the turn, S, o, oj and P̃ are all
@@ -619,7 +627,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       };
       for (int b = b0 + 1; b < blocks; ++b) {
         const int k = it + b, j = blocks - 1 - b;
-        const float cj = cq * k_scale(j), sv_j = v_scale(j);
+        const float cj = score_unit(cq, k_scale(j)), sv_j = v_scale(j);
         pipe.wait_k(k);
         wait_turn();
         hopper::wgmma_fence();
@@ -1093,7 +1101,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
       // P̃ overflowed (any lane of the warp: the branch is the warp's) the row max and P̃ again.
       auto softmax_p = [&](int b, int k_) {
         const int j = blocks - 1 - b;
-        softmax_p_wide<NT, kOptimistic, kPolyEvery>(S[0], P, m, alpha, cq * k_scale(j, 0), cq * k_scale(j, 1), b > b0,
+        softmax_p_wide<NT, kOptimistic, kPolyEvery>(S[0], P, m, alpha, score_unit(cq, k_scale(j, 0)), score_unit(cq, k_scale(j, 1)), b > b0,
                                                     [&] { return at(pipe.P(cwg, k_)); }, cwarp % 4);
       };
       auto rescale = [&] { rescale_wide(o[0], l, alpha); };
@@ -1372,7 +1380,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
       }
     };
     auto softmax_p = [&](int b, int k_, float k0, float k1) {
-      softmax_p_wide<NT, true, 0, kLin>(S[0], P, m, alpha, cur.cq * k0, cur.cq * k1, b > cur.b0,
+      softmax_p_wide<NT, true, 0, kLin>(S[0], P, m, alpha, score_unit(cur.cq, k0), score_unit(cur.cq, k1), b > cur.b0,
                                [&] { return at(pipe.P(cwg, k_)); }, cwarp % 4);
     };
     auto rescale = [&] { rescale_wide(o[0], l, alpha); };
@@ -1419,7 +1427,7 @@ __global__ void __launch_bounds__(128 * 3, 1)
       if (threadIdx.x % 32 == 0) hopper::bulk_wait_read<0>();
       __syncwarp();
       if (diagonal)
-        softmax_p_diag<NT, kLin>(S[0], m, alpha, cur.cq * cur.k0, cur.cq * cur.k1, [&] { return at(pipe.P(cwg, it + b0)); },
+        softmax_p_diag<NT, kLin>(S[0], m, alpha, score_unit(cur.cq, cur.k0), score_unit(cur.cq, cur.k1), [&] { return at(pipe.P(cwg, it + b0)); },
                            cwarp % 4, cur.warp_row0 - j_first * Bc);
       else
         softmax_p(b0, it + b0, cur.k0, cur.k1);
