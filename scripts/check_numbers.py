@@ -2780,13 +2780,14 @@ def _(D, F):
     return last_rungs_h200_09(F)
 
 
-@prose(CH09, r"On the H200 the quantisation went from ([\d.]+)–([\d.]+) to ([\d.]+)–([\d.]+) TB/s \(([\d.]+)–([\d.]+) without the transform, close to a copy's rate\)")
+@prose(CH09, r"On the H200 the quantisation went from ([\d.]+)–([\d.]+) to ([\d.]+)–([\d.]+) TB/s \(([\d.]+)–([\d.]+)\swithout the transform, close to a copy's rate\)")
 def _(D, F):
+    """The first kernel (main_job_p103.csv) against the current one (quant_p108.csv: a row across 4 lanes)."""
     v = ["quant_" + x for x in QUANT09_SCHEMES.values()]
     gb = lambda key, names=v: [float(r["gbps"]) / 1000 for r in F[key] if r["variant"] in names and r["ms"]]  # noqa: E731
-    plain = gb("h200_09_quant", ["quant_per_tensor", "quant_per_block"])
+    plain = gb("h200_09_quads", ["quant_per_tensor", "quant_per_block"])
     assert min(plain) > 3.8, plain
-    return [min(gb("h200_09_main")), max(gb("h200_09_main")), min(gb("h200_09_quant")), max(gb("h200_09_quant")),
+    return [min(gb("h200_09_main")), max(gb("h200_09_main")), min(gb("h200_09_quads")), max(gb("h200_09_quads")),
             min(plain), max(plain)]
 
 
@@ -2895,8 +2896,48 @@ def _(row, D, F):
     d, v = int(row["d"]), "quant_" + QUANT09_SCHEMES[row["scheme"]]
     first, this = cell_rows09(F["h200_09_main"], v, d, 4096, False)[0], cell_rows09(F["h200_09_quant"], v, d, 4096, False)[0]
     return {"first kernel: ms (GB/s)": [float(first["ms"]), float(first["gbps"])],
-            "this kernel: ms (min–max)": [float(this["ms"]), float(this["ms_min"]), float(this["ms_max"])],
-            "GB/s": float(this["gbps"]), "first / this": float(first["ms"]) / float(this["ms"])}
+            "second kernel: ms (min–max)": [float(this["ms"]), float(this["ms_min"]), float(this["ms_max"])],
+            "GB/s": float(this["gbps"]), "first / second": float(first["ms"]) / float(this["ms"])}
+
+
+@spec("ch09-quads-h200", CH09)
+def _(row, D, F):
+    """The transform with a row across 32 lanes (quant_p105.csv) and across 4 (quant_p108.csv), N = 4096, non-causal;
+    the transform's added time: the scheme with it less the scheme without, from the same run."""
+    d, sc = int(row["d"]), QUANT09_SCHEMES[row["scheme"]]
+    ms = lambda key, v: float(cell_rows09(F[key], v, d, 4096, False)[0]["ms"])  # noqa: E731
+    four = cell_rows09(F["h200_09_quads"], "quant_" + sc, d, 4096, False)[0]
+    plain = "quant_" + sc.replace("_hadamard", "")
+    for N, causal in ((4096, True), (16384, False), (16384, True)):  # "the other cells within 1%"
+        other = float(cell_rows09(F["h200_09_quads"], "quant_" + sc, d, N, causal)[0]["ms"])
+        assert abs(other / float(four["ms"]) - 1) < 0.01, (sc, d, N, causal, other)
+    return {"a row across 32 lanes, ms": ms("h200_09_quant", "quant_" + sc),
+            "across 4 lanes, ms (min–max)": [float(four["ms"]), float(four["ms_min"]), float(four["ms_max"])],
+            "GB/s": float(four["gbps"]), "32 lanes / 4": ms("h200_09_quant", "quant_" + sc) / float(four["ms"]),
+            "the transform adds, µs: 32 lanes, 4": [1e3 * (ms("h200_09_quant", "quant_" + sc) - ms("h200_09_quant", plain)),
+                                                    1e3 * (float(four["ms"]) - ms("h200_09_quads", plain))]}
+
+
+@prose(CH09, r"At d = 64 the prediction held: (\d+) µs of shuffles on (\d+) µs of bytes make (\d+), and (\d+) were measured\.\sAt d = 128 it missed: ([\d.]+) ms, not ([\d.]+), the transform's cost down only from (\d+) to (\d+) µs\.")
+def _(D, F):
+    ms = lambda key, v, d: float(cell_rows09(F[key], v, d, 4096, False)[0]["ms"])  # noqa: E731
+    shuffles = 4 * 2 * 16384 * (2048 // 64) / 132 / 1.98e3  # 4 a row (2 rounds), Q's and K's rows at d = 64
+    plain64 = 1e3 * ms("h200_09_quads", "quant_per_block", 64)
+    return [shuffles, plain64, shuffles + plain64, 1e3 * ms("h200_09_quads", "quant_per_block_hadamard", 64),
+            ms("h200_09_quads", "quant_per_block_hadamard", 128), 0.09,
+            1e3 * (ms("h200_09_quant", "quant_per_block_hadamard", 128) - ms("h200_09_quant", "quant_per_block", 128)),
+            1e3 * (ms("h200_09_quads", "quant_per_block_hadamard", 128) - ms("h200_09_quads", "quant_per_block", 128))]
+
+
+@prose(CH09, r"At d = 128 a lane of the transform holds (\d+) floats \((\d+) values of\seach of its two rows\), and the kernel takes (\d+) registers a thread, so (\d+) blocks of 256 threads fit\san SM, where per block without the transform takes (\d+) and fits (\d+): (\d+)% occupancy, not ([\d.]+)%\. Each\sscheduler then holds ([\d.]+) warps, ([\d.]+) of them ready to issue on average, and on (\d+)% of its cycles\snone: the issue slots are (\d+)% busy and the memory (\d+)% of its peak.*?At\sd = 64 the same kernel takes (\d+) registers and fits (\d+) blocks: the issue slots (\d+)% busy, the memory\s(\d+)%")
+def _(D, F):
+    n = F["h200_09_quads_ncu"]
+    h, p, h64 = n["d128_quant_per_block_hadamard"], n["d128_quant_per_block"], n["d64_quant_per_block_hadamard"]
+    return [2 * 128 // 4, 128 // 4, h["Registers Per Thread"], h["Block Limit Registers"], p["Registers Per Thread"],
+            p["Block Limit Registers"], h["Theoretical Occupancy"], p["Theoretical Occupancy"],
+            h["Active Warps Per Scheduler"], h["Eligible Warps Per Scheduler"], h["No Eligible"], h["Issue Slots Busy"],
+            h["Memory Throughput %"], h64["Registers Per Thread"], h64["Block Limit Registers"], h64["Issue Slots Busy"],
+            h64["Memory Throughput %"]]
 
 
 def with_quant_h200_09(F, d, N, causal):
@@ -2968,7 +3009,7 @@ def _(D, F):
 
 @prose("README.md", r"On an H200, in the main job: `_wide_stsm` \(the wide rung with the exponential unit\) is ([\d.]+)–([\d.]+)× stage 08's last rung in all four d = 128 cells; `_wide_lin`, P̃'s e4m3 bytes from fp16's bit pattern instead of the exponential unit, ([\d.]+)–([\d.]+)× \(([\d.]+)–([\d.]+)× against stage 08's fastest call; ([\d,]+) TFLOP/s at N = 16384, (\d+)% of an e4m3 matrix product on that card\) and over 1\.5× against either of stage 08's kernels, for (\d+)% more RMSE; the same trick, `_lin`, ([\d.]+)–([\d.]+)× at d = 64; in a run of its own on that card, the rewritten quantisation at ([\d.]+)–([\d.]+) TB/s; the last rungs not yet run on an H100\)")
 def _(D, F):
-    gb = [float(r["gbps"]) / 1000 for r in F["h200_09_quant"] if r["variant"].startswith("quant_") and r["ms"]]
+    gb = [float(r["gbps"]) / 1000 for r in F["h200_09_quads"] if r["variant"].startswith("quant_") and r["ms"]]
     return last_rungs_h200_09(F) + [min(gb), max(gb)]
 
 
@@ -3128,6 +3169,20 @@ def _(D, F):
     return [lin["pipe"][0], lin["pipe"][1], stsm["pipe"][0], stsm["pipe"][1], min(lin["issue"]), max(lin["issue"]),
             min(stsm["issue"]), max(stsm["issue"]), min(lin["fma"]), max(lin["fma"]),
             min(x["FFMA"] for x in st), max(x["FFMA"] for x in st), min(x["BRA"] for x in st), max(x["BRA"] for x in st), statistics.mean(q)]
+
+
+def read_ncu_details09(path):
+    """An Nsight Compute details page (ncu_quant_p109_*.txt): each '    Name   Unit   Value' row as name -> value
+    (the percentage rows of a name that also has another unit as 'Name %': Memory Throughput)."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"\s{4}(\S(?:.*?\S)?)\s{2,}(\S+)\s+([\d,]+(?:\.\d+)?)\s*$", line)
+            if m:
+                name, unit, value = m.group(1), m.group(2), float(m.group(3).replace(",", ""))
+                out[name + " %" if unit == "%" and name in ("Memory Throughput",) else name] = value
+                out.setdefault(name, value)
+    return out
 
 
 def ncu_executed09(path):
@@ -3651,6 +3706,10 @@ def run(root):
         "h200_09_lin_default": read_simple_csv(os.path.join(root, STAGE09_H200, "lin_default.csv")),
         "h200_09_main": read_simple_csv(os.path.join(root, STAGE09_H200, "main_job_p103.csv")),
         "h200_09_quant": read_simple_csv(os.path.join(root, STAGE09_H200, "quant_p105.csv")),
+        "h200_09_quads": read_simple_csv(os.path.join(root, STAGE09_H200, "quant_p108.csv")),
+        "h200_09_quads_ncu": {k: read_ncu_details09(os.path.join(root, STAGE09_H200, f"ncu_quant_p109_{k}.txt"))
+                              for k in ("d128_quant_per_block", "d128_quant_per_block_hadamard",
+                                        "d64_quant_per_block_hadamard")},
         "h200_09_lpt": read_simple_csv(os.path.join(root, STAGE09_H200, "lpt_p103.csv")),
         "h200_09_ceiling": read_ceiling09(os.path.join(root, STAGE09_H200, "stage09sh_p102_p104.txt")),
         "h200_09_lin_psmem": read_simple_csv(os.path.join(root, STAGE09_H200, "lin_psmem.csv")),
