@@ -225,7 +225,9 @@ __device__ void store_staged_output(const uint16_t* stage, const CUtensorMap* ma
 // What the epilogue computes from o, m and l: O = o · o_times / l (+ o_add), L = m_times · m + log l + L_add.
 // Stage 08: {1, scale, 0} (m in units of scores). Stage 09: m is already in units of
 // scale·log₂e·score (m_times = ln 2), l sums P̃·2^8 (L_add = −8 ln 2), o is in units of V's
-// last descale (o_times), and o_add is the head's v̄ (D floats: V was centred).
+// last descale (o_times), and o_add is the head's v̄ (D floats: V was centred). O = (o / l) · o_times in that
+// order: a descale can be tiny (bf16 inputs near 2^-127), and o_times / l would then be a subnormal factor of few
+// bits (stage 08's o_times, the constant 1, is folded away).
 struct Epilogue {
   float o_times, m_times, L_add;
   const float* o_add = nullptr;  // D values added to every row of O, or none
@@ -240,11 +242,11 @@ __device__ void write_output_tma(const float (&o)[1][D / 8][4], const float (&m)
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {  // rows g and g + 8
     l[0][hh] = tc::quad_sum(l[0][hh]);
-    const float inv = e.o_times / l[0][hh];
+    const float inv = 1.0f / l[0][hh];
     const int r = g + 8 * hh;
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
-      float x0 = o[0][d][2 * hh] * inv, x1 = o[0][d][2 * hh + 1] * inv;
+      float x0 = o[0][d][2 * hh] * inv * e.o_times, x1 = o[0][d][2 * hh + 1] * inv * e.o_times;
       if (e.o_add) {  // columns 8d + 2t and 8d + 2t + 1
         const float2 add = __ldg(reinterpret_cast<const float2*>(e.o_add + 8 * d + 2 * t));
         x0 += add.x, x1 += add.y;

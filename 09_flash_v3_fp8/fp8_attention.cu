@@ -845,12 +845,13 @@ __device__ void write_output_wide(const float (&o)[J][4], const float (&m)[2], c
   __syncwarp();
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {  // rows g and g + 8
-    const float inv = __fdividef(o_times, l[hh]);  // MUFU.RCP and a multiply (2 ulp), no call to a slow path
+    // 1/l by MUFU.RCP (2 ulp, no call to a slow path); O = (o / l) · o_times in that order, as write_output_tma
+    const float inv = __fdividef(1.0f, l[hh]);
     const int r = g + 8 * hh;
 #pragma unroll
     for (int d = 0; d < D / 8; ++d)
       *reinterpret_cast<uint32_t*>(stage + hopper::swizzle128<16>(r, d) + 2 * t) =
-          ptx::pack<T>(o[d][2 * hh] * inv + add[d].x, o[d][2 * hh + 1] * inv + add[d].y);
+          ptx::pack<T>(o[d][2 * hh] * inv * o_times + add[d].x, o[d][2 * hh + 1] * inv * o_times + add[d].y);
     if (t == 0 && unsigned(row0 + r) < unsigned(p.N)) p.L[size_t(h) * p.N + row0 + r] = kLn2 * m[hh] + logf(l[hh]) - 8.0f * kLn2;
   }
   fa3::store_staged_output<D>(stage, mapO, p, h, row0);
@@ -885,7 +886,8 @@ __device__ void write_output_lg2(const float (&o)[J][4], const float (&m)[2], co
   for (int d = 0; d < D / 8; ++d) add[d] = *reinterpret_cast<const float2*>(vbar + 8 * d + 2 * t);
   if (lane == 0) hopper::bulk_wait_read<0>();
   __syncwarp();
-  const float inv[2] = {__fdividef(o_times, l[0]), __fdividef(o_times, l[1])};
+  // O = (o / l) · o_times, as write_output_wide
+  const float inv[2] = {__fdividef(1.0f, l[0]), __fdividef(1.0f, l[1])};
   if constexpr (kStsm) {
     const int r = lane % 8 + 8 * (lane / 8 % 2), c = lane / 16;  // the row this lane addresses: chunk 2s + c
 #pragma unroll
@@ -894,7 +896,7 @@ __device__ void write_output_lg2(const float (&o)[J][4], const float (&m)[2], co
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         const int d = 2 * s + x / 2, hh = x % 2;
-        w[x] = ptx::pack<T>(o[d][2 * hh] * inv[hh] + add[d].x, o[d][2 * hh + 1] * inv[hh] + add[d].y);
+        w[x] = ptx::pack<T>(o[d][2 * hh] * inv[hh] * o_times + add[d].x, o[d][2 * hh + 1] * inv[hh] * o_times + add[d].y);
       }
       hopper::stmatrix_x4(hopper::smem_u32(stage + hopper::swizzle128<16>(r, 2 * s + c)), w);
     }
@@ -904,7 +906,7 @@ __device__ void write_output_lg2(const float (&o)[J][4], const float (&m)[2], co
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)
         *reinterpret_cast<uint32_t*>(stage + hopper::swizzle128<16>(lane / 4 + 8 * hh, d) + 2 * t) =
-            ptx::pack<T>(o[d][2 * hh] * inv[hh] + add[d].x, o[d][2 * hh + 1] * inv[hh] + add[d].y);
+            ptx::pack<T>(o[d][2 * hh] * inv[hh] * o_times + add[d].x, o[d][2 * hh + 1] * inv[hh] * o_times + add[d].y);
   }
   fa3::store_staged_output<D>(stage, mapO, p, h, row0);
   const int g = lane / 4;

@@ -656,41 +656,46 @@ TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes, empty 
   CHECK_THROWS_AS(launch_attention(empty, Dtype::fp16, q.view(), O.get(), L.get()), course::UsageError);
 }
 
-// bf16 inputs below 2^-119 (amax 2e-37): the scales come from 2^-119 (else 448/amax is inf and a 0 a NaN byte), and
-// Q's and K's descales multiply to below fp32's smallest value, which the kernels floor (score_unit: a masked score
-// −inf times 0 would be NaN). N = 300 masks the last block's keys, causal the diagonal; every kernel family: the
-// default, _lin, the wide rung and the overlap kernels (_wide_diag, _wide_stsm, _wide_lin).
+// bf16 inputs below 2^-119 (amax 2e-37): the scales come from 2^-119 (else 448/amax is inf and a 0 a NaN byte).
+// Q's and K's descales then multiply to below fp32's smallest value, which the kernels floor (score_unit): N = 300
+// masks the last block's keys, causal the diagonal, and a masked score −inf times 0 would be NaN in the default
+// kernel, the wide rung, _wide_diag and _wide_stsm (_lin and _wide_lin saturate it away, FFMA.SAT). And V's descale
+// is 2^-127.8, so O = o · sv / l must take o / l first: sv / l is a subnormal of few bits (at N = 4096, 2 of them),
+// O off by percents with V not centred (the default kernel and _lin at N = 4096; the wide kernels centre V).
 TEST_CASE("bf16 inputs below 2^-119: the scale from 2^-119, the CPU's bytes, no NaN byte, O and L within the bound") {
   struct Lin {
     Lin() { fp8::set_lin_p(true); }
     ~Lin() { fp8::set_lin_p(false); }
   };
+  const bool sanitizer = softmax::testing::under_sanitizer();
   for (int d : {64, 128})
-    for (bool causal : {false, true}) {
-      const Shape s{1, 2, 300, d, causal};
-      const std::uint64_t seed = course::fresh_seed();
-      CAPTURE(s.text());
-      CAPTURE(seed);
-      const Inputs in = make_inputs(s, Dtype::bf16, seed, 1.0f, -1e-37f, 2e-37f);
-      for (const Scheme& scheme : {schemes()[0], schemes()[1]}) {  // per tensor, per block
-        CAPTURE(scheme.name());
-        const Run r = run(s, Dtype::bf16, in, scheme, seed);
-        for (const auto* scales : {&r.q_scale, &r.k_scale, &r.v_scale})
-          CHECK(std::all_of(scales->begin(), scales->end(), [](float x) { return x == kMinAmax / kE4m3Max; }));
-        for (const auto* bytes : {&r.Q, &r.K, &r.Vt})
-          CHECK(std::none_of(bytes->begin(), bytes->end(), [](std::uint8_t b) { return (b & 0x7F) == 0x7F; }));
-        check(s, Dtype::bf16, in, scheme, seed);  // the CPU's bytes and scales; O and L against float64
-      }
-      {
-        const Lin lin;
-        check(s, Dtype::bf16, in, schemes()[0], seed);
-      }
-      if (d == 128)
-        for (fp8::Wide kernel : {fp8::Wide::rung, fp8::Wide::overlap_diagonal, fp8::Wide::overlap_stsm,
-                                 fp8::Wide::overlap_lin}) {
-          const WideBlocks wide(kernel);
-          CAPTURE(int(kernel));
-          check(s, Dtype::bf16, in, centred(schemes()[0]), seed);
+    for (int N : sanitizer ? std::vector<int>{300} : std::vector<int>{300, 4096})
+      for (bool causal : {false, true}) {
+        if (N == 4096 && causal) continue;
+        const Shape s{1, 2, N, d, causal};
+        const std::uint64_t seed = course::fresh_seed();
+        CAPTURE(s.text());
+        CAPTURE(seed);
+        const Inputs in = make_inputs(s, Dtype::bf16, seed, 1.0f, -1e-37f, 2e-37f);
+        for (const Scheme& scheme : {schemes()[0], schemes()[1]}) {  // per tensor, per block
+          CAPTURE(scheme.name());
+          const Run r = run(s, Dtype::bf16, in, scheme, seed);
+          for (const auto* scales : {&r.q_scale, &r.k_scale, &r.v_scale})
+            CHECK(std::all_of(scales->begin(), scales->end(), [](float x) { return x == kMinAmax / kE4m3Max; }));
+          for (const auto* bytes : {&r.Q, &r.K, &r.Vt})
+            CHECK(std::none_of(bytes->begin(), bytes->end(), [](std::uint8_t b) { return (b & 0x7F) == 0x7F; }));
+          check(s, Dtype::bf16, in, scheme, seed);  // the CPU's bytes and scales; O and L against float64
         }
-    }
+        {
+          const Lin lin;
+          check(s, Dtype::bf16, in, schemes()[0], seed);
+        }
+        if (d == 128 && N == 300)
+          for (fp8::Wide kernel : {fp8::Wide::rung, fp8::Wide::overlap_diagonal, fp8::Wide::overlap_stsm,
+                                   fp8::Wide::overlap_lin}) {
+            const WideBlocks wide(kernel);
+            CAPTURE(int(kernel));
+            check(s, Dtype::bf16, in, centred(schemes()[0]), seed);
+          }
+      }
 }
