@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "check.hpp"
@@ -10,12 +11,17 @@ namespace course {
 
 std::uint64_t fresh_seed() {
   if (const char* text = std::getenv("COURSE_SEED")) {
+    // Any seed fresh_seed prints: every 64-bit value, up to 20 digits (a limit of 19 refused half of them).
     const std::string value(text);
-    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos ||
-        value.size() > 19) {
-      throw UsageError("COURSE_SEED must be a non-negative integer, got '" + value + "'");
+    const std::string message = "COURSE_SEED must be an integer from 0 to 2^64 - 1, got '" + value + "'";
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || value.size() > 20) {
+      throw UsageError(message);
     }
-    return std::stoull(value);
+    try {
+      return std::stoull(value);
+    } catch (const std::out_of_range&) {
+      throw UsageError(message);
+    }
   }
   std::random_device device;
   return (static_cast<std::uint64_t>(device()) << 32) ^ device();

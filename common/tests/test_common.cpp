@@ -3,9 +3,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #if COURSE_HAS_CUDA
@@ -113,6 +115,26 @@ TEST_CASE("random inputs: reproducible from the seed, not constant, not zero-mea
   CHECK(mean == doctest::Approx(0.5).epsilon(0.05));
   CHECK(*std::min_element(a.begin(), a.end()) < 0.0f);
   CHECK(*std::max_element(a.begin(), a.end()) > 1.0f);
+}
+
+TEST_CASE("COURSE_SEED: every 64-bit seed fresh_seed prints repeats, 20 digits included; others refused") {
+  struct Restore {  // COURSE_SEED as it was, also when a check throws
+    std::string was;
+    bool had;
+    Restore() : had(std::getenv("COURSE_SEED") != nullptr) { if (had) was = std::getenv("COURSE_SEED"); }
+    ~Restore() { had ? setenv("COURSE_SEED", was.c_str(), 1) : unsetenv("COURSE_SEED"); }
+  } restore;
+  setenv("COURSE_SEED", "15241988710812358943", 1);  // 20 digits (a stage 09 GPU test printed it)
+  CHECK(fresh_seed() == 15241988710812358943ull);
+  setenv("COURSE_SEED", "18446744073709551615", 1);  // 2^64 - 1
+  CHECK(fresh_seed() == 18446744073709551615ull);
+  setenv("COURSE_SEED", "0", 1);
+  CHECK(fresh_seed() == 0);
+  for (const char* bad : {"18446744073709551616", "99999999999999999999", "123456789012345678901", "-1", "", "1e5"}) {
+    CAPTURE(bad);
+    setenv("COURSE_SEED", bad, 1);
+    CHECK_THROWS_AS(fresh_seed(), UsageError);
+  }
 }
 
 TEST_CASE("counting view: a contiguous request costs the sectors it touches") {
