@@ -216,6 +216,9 @@ Fp8Reference::Fp8Reference(const Shape& s, course::Dtype out, const std::vector<
   plain_L_ = course::max_rel_error(plain_L, L_);
   tol_O_ = std::max(2.0 * plain_O_, course::unit_roundoff(out));
   tol_L_ = std::max(2.0 * plain_L_, 1e-5);
+  double squares = 0.0;
+  for (double x : L_) squares += x * x;
+  rms_L_ = L_.empty() ? 0.0 : std::sqrt(squares / double(L_.size()));
 }
 
 course::Comparison Fp8Reference::check_O(const float* O) const {
@@ -224,10 +227,12 @@ course::Comparison Fp8Reference::check_O(const float* O) const {
   return course::compare(got.data(), O_.data(), got.size(), tol_O_, std::size_t(s_.d), &where_O_);
 }
 
-course::Comparison Fp8Reference::check_L(const float* L) const {
+course::Comparison Fp8Reference::check_L(const float* L, double extra) const {
   std::vector<float> got(where_L_.size());
   for (std::size_t i = 0; i < got.size(); ++i) got[i] = L[where_L_[i]];
-  return course::compare(got.data(), L_.data(), got.size(), tol_L_, 0, &where_L_);
+  // An element's error is |out − ref| / max(|ref|, rms) (compare.hpp): an absolute allowance a is at most a / rms.
+  const double tol = tol_L_ + (extra > 0.0 && rms_L_ > 0.0 ? extra / rms_L_ : 0.0);
+  return course::compare(got.data(), L_.data(), got.size(), tol, 0, &where_L_);
 }
 
 }  // namespace attention::fp8

@@ -65,13 +65,14 @@ Errors errors(const std::vector<float>& out, const std::vector<double>& ref);
 // shapes, else three heads × 513 rows): the float64 reference on the 16-bit inputs, and plain FP8
 // attention of the scheme on the same rows. Tolerance (the course's relative error, compare.hpp):
 // twice the plain FP8 error, and never below the output dtype's unit roundoff; L likewise, with
-// plain FP8's L = m + log Σ exp(S − m) of the quantised S.
+// plain FP8's L = m + log Σ exp(S − m) of the quantised S, plus `extra` (an absolute error: a kernel's own
+// allowance, e.g. the lin rule's log(1 + kLinMaxRelError)) in units of the reference L's rms.
 class Fp8Reference {
  public:
   Fp8Reference(const Shape& s, course::Dtype out, const std::vector<float>& Q, const std::vector<float>& K,
                const std::vector<float>& V, const QuantizedInputs& q);
   course::Comparison check_O(const float* O) const;  // all B·H·N·d values of a run
-  course::Comparison check_L(const float* L) const;  // all B·H·N
+  course::Comparison check_L(const float* L, double extra = 0.0) const;  // all B·H·N
   double plain_error_O() const { return plain_O_; }
   double plain_error_L() const { return plain_L_; }
   double tolerance_O() const { return tol_O_; }
@@ -80,7 +81,7 @@ class Fp8Reference {
   Shape s_;
   std::vector<double> O_, L_;
   std::vector<std::size_t> where_O_, where_L_;
-  double plain_O_ = 0, plain_L_ = 0, tol_O_ = 0, tol_L_ = 0;
+  double plain_O_ = 0, plain_L_ = 0, tol_O_ = 0, tol_L_ = 0, rms_L_ = 0;
 };
 
 }  // namespace attention::fp8

@@ -1531,6 +1531,7 @@ void set_wide_key_blocks(Wide kernel, Granularity v_scales) {
 }
 
 void set_lin_p(bool on) { lin_p = on; }
+bool p_by_lin() { return lin_p || wide == Wide::overlap_lin; }
 
 void set_head_group(int heads) {
   course::require(heads >= 0, "fp8: the head group of the tile order is a count of heads (0: chosen by size)");

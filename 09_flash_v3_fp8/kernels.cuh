@@ -90,6 +90,9 @@ void set_wide_key_blocks(Wide kernel, Granularity v_scales = Granularity::tensor
 // default): P̃ by the exponential unit. UsageError with the row sum by FADDs, the polynomial, O on the tensor cores
 // or the wide rung.
 void set_lin_p(bool on);
+// Whether launch_attention now makes P̃ by the lin rule (set_lin_p, or the wide rung's overlap_lin): the checks widen
+// L's bound by log(1 + kLinMaxRelError) for it (fp8.hpp).
+bool p_by_lin();
 // fp8_*_wide_ovl, causal: its tiles in groups of `heads` heads, a group's heaviest first across its
 // heads (FlashAttention-3's LPT order). 0 (the default): the largest group whose K and V take at
 // most 16 MB; 1: a head at a time, as the other kernels.

@@ -83,7 +83,9 @@ void check(const Shape& s, Dtype t, const Inputs& in, Scheme scheme, std::uint64
   CHECK(r.v_mean == r.cpu.v_mean);
   // The attention: within twice plain FP8's error of float64.
   const Fp8Reference ref(s, t, in.Q, in.K, in.V, r.cpu);
-  const auto O = ref.check_O(r.O.data()), L = ref.check_L(r.L.data());
+  // P̃ by the lin rule (up to 3.1% off 2^x, 1% high on average): L may sit up to log 1.031 from plain FP8's.
+  const double lin_L = fp8::p_by_lin() ? std::log1p(kLinMaxRelError) : 0.0;
+  const auto O = ref.check_O(r.O.data()), L = ref.check_L(r.L.data(), lin_L);
   INFO("O: " << O.summary() << " (plain FP8 " << ref.plain_error_O() << ")\n" << O.first_mismatches);
   INFO("L: " << L.summary() << " (plain FP8 " << ref.plain_error_L() << ")\n" << L.first_mismatches);
   CHECK(O.ok());
