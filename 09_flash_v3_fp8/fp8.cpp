@@ -186,4 +186,10 @@ std::vector<std::uint8_t> transpose_v(const Quantized& V) {
   return t;
 }
 
+double v_scale_span(const float* v_scale, int blocks) {
+  double lo = INFINITY, hi = 0.0;
+  for (int b = 0; b < blocks; ++b) lo = std::min(lo, double(v_scale[b])), hi = std::max(hi, double(v_scale[b]));
+  return blocks > 0 ? hi / lo : 1.0;
+}
+
 }  // namespace attention::fp8

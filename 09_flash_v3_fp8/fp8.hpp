@@ -42,6 +42,12 @@ constexpr float kE4m3Max = 448.0f;
 // coarser but never NaN. Only bf16 inputs get there (fp16's smallest value is 2^-24).
 constexpr float kMinAmax = 0x1p-119f;
 COURSE_HD inline float scale_amax(float amax) { return amax > 0.0f && amax < kMinAmax ? kMinAmax : amax; }
+// The attention keeps o in units of one key block's V descale and steps it by two blocks' ratio (fp8_attention.cu):
+// a ratio of at most 2^64 keeps o (below 448·2^8·N, 2^37 at N = 2^20) and l far from fp32's 2^128. Only per-block
+// scales of bf16 V whose blocks' magnitudes differ by some 19 orders pass it; check_quantized refuses them.
+constexpr double kMaxVScaleSpan = 0x1p64;
+// The largest ratio between `blocks` positive descales (one head's V).
+double v_scale_span(const float* v_scale, int blocks);
 constexpr double kUnitRoundoff = 1.0 / 16.0;  // 2^-(3 mantissa bits + 1)
 // The rows a scale covers in the per-block scheme: the kernel's key blocks (Bc) of K and V, and 128
 // rows of Q (the tile at d = 128; at d = 64 a tile has 192 rows, and each warpgroup's 64 lie in one block).

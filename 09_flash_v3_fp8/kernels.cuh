@@ -37,8 +37,9 @@ struct DeviceFp8 {
 // Q, K, V (16-bit, `t`) into `out` by `scheme`; `signs`: the incoherent processing's d signs.
 void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::vector<float>& signs, const void* Q,
                      const void* K, const void* V, const DeviceFp8& out);
-// Throws UsageError if the quantisation met NaN or inf (synchronises: after the checked run only).
-void check_quantized(const DeviceFp8& q);
+// Throws UsageError if the quantisation met NaN or inf, or if a head's V descales span more than kMaxVScaleSpan
+// (fp8.hpp; synchronises: after the checked run only).
+void check_quantized(const Shape& s, const DeviceFp8& q);
 
 // O (B·H·N·d values of `out`: fp16 or bf16) and L (B·H·N floats) from the quantised tensors.
 void launch_attention(const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L);

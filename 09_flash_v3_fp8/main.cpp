@@ -121,7 +121,7 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
         Fp8Buffers b(s);
         dev.poison();
         launch_quantize(s, t, scheme, q.signs, dev.q(), dev.k(), dev.v(), b.view());
-        check_quantized(b.view());
+        check_quantized(s, b.view());
         fp8::set_wide_key_blocks(kernel, Granularity::tensor);
         fp8::set_lin_p(lin);
         launch_attention(s, t, b.view(), dev.o(), dev.L.get());
@@ -444,7 +444,7 @@ int main(int argc, char** argv) {
             if (quant) {
               b.Q.poison();
               bench.measure_gpu(row, quantize, [&] {  // the CPU's bytes of Q and its v̄, exactly
-                check_quantized(b.view());
+                check_quantized(s, b.view());
                 const auto bytes = b.Q.download();
                 std::vector<double> want(q.Q.bytes.begin(), q.Q.bytes.end());
                 std::vector<float> got(bytes.begin(), bytes.end());
@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
               });
             } else {
               quantize();
-              check_quantized(b.view());
+              check_quantized(s, b.view());
               bench.progress(problem, name + ": float64 and plain FP8 on the sampled rows");
               const Fp8Reference ref(s, t, in.Q, in.K, in.V, q);
               dev->poison();

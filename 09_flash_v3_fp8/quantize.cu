@@ -33,6 +33,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "check.hpp"
 #include "gpu.hpp"
@@ -392,11 +394,21 @@ void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::
   else half ? with(__half{}, std::integral_constant<int, 128>{}) : with(__nv_bfloat16{}, std::integral_constant<int, 128>{});
 }
 
-void check_quantized(const DeviceFp8& q) {
+void check_quantized(const Shape& s, const DeviceFp8& q) {
   int bad = 0;
   CUDA_CHECK(cudaMemcpy(&bad, q.bad, sizeof bad, cudaMemcpyDeviceToHost));
   course::require(bad == 0, "FP8 quantisation: the input holds " + std::to_string(bad) +
                                 " NaN or inf values; no scale can represent them");
+  const int blocks = (s.N + kScaleRows - 1) / kScaleRows;
+  std::vector<float> v(std::size_t(s.heads()) * blocks);
+  CUDA_CHECK(cudaMemcpy(v.data(), q.v_scale, v.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int h = 0; h < s.heads(); ++h) {
+    const double span = v_scale_span(v.data() + std::size_t(h) * blocks, blocks);
+    course::require(span <= kMaxVScaleSpan, "FP8 quantisation: V's per-block descales in head " + std::to_string(h) +
+                                                " span 2^" + std::to_string(int(std::ceil(std::log2(span)))) +
+                                                ", past the 2^64 the attention's steps between blocks allow in fp32; "
+                                                "quantise V per tensor");
+  }
 }
 
 }  // namespace attention::fp8

@@ -320,3 +320,16 @@ TEST_CASE("centring V: the column means as summed in blocks, exact in attention,
   bad[5] = NAN;
   CHECK_THROWS_AS(column_means(bad, s.heads(), s.N, s.d), course::UsageError);
 }
+
+TEST_CASE("v_scale_span: the largest ratio of a head's V descales, and the limit the attention needs") {
+  const std::vector<float> even = {0.5f, 0.5f, 0.5f}, spread = {1.0f, 0x1p-10f, 0x1p20f}, one = {3.0f};
+  CHECK(v_scale_span(even.data(), 3) == 1.0);
+  CHECK(v_scale_span(spread.data(), 3) == 0x1p30);
+  CHECK(v_scale_span(one.data(), 1) == 1.0);
+  // The tiny-bf16 floor beside an ordinary block: 2^-119/448 and 1000/448 are 2^129 apart, past the limit (the
+  // first a subnormal float, 2^-149 its step: a relative error near 2^-21).
+  const std::vector<float> tiny = {kMinAmax / kE4m3Max, 1000.0f / kE4m3Max};
+  CHECK(v_scale_span(tiny.data(), 2) > kMaxVScaleSpan);
+  CHECK(std::log2(v_scale_span(tiny.data(), 2)) == doctest::Approx(119.0 + std::log2(1000.0)).epsilon(1e-7));
+}
+

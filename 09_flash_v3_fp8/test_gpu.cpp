@@ -51,7 +51,7 @@ Run run(const Shape& s, Dtype t, const Inputs& in, Scheme scheme, std::uint64_t 
   q.Q.poison();
   q.Vt.poison();
   launch_quantize(s, t, scheme, r.cpu.signs, Q.get(), K.get(), V.get(), q.view());
-  check_quantized(q.view());
+  check_quantized(s, q.view());
   if (before_attention) before_attention(r.cpu, q);
   launch_attention(s, t, q.view(), O.get(), L.get());
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -618,7 +618,7 @@ TEST_CASE("O on the tensor cores drifts low on inputs of mean 0.5 at N = 4096 un
   }
 }
 
-TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes, empty shapes and misaligned inputs refused") {
+TEST_CASE("bad input: NaN and inf refused by the quantisation, V's descales 2^129 apart too; d, dtypes, empty shapes and misaligned inputs refused") {
   const Shape s{1, 1, 200, 64, false};
   Inputs in = make_inputs(s, Dtype::fp16, course::fresh_seed());
   for (float bad : {NAN, INFINITY})
@@ -631,9 +631,25 @@ TEST_CASE("bad input: NaN and inf refused by the quantisation; d, dtypes, empty 
       for (const Scheme& scheme : {schemes()[0], schemes()[3], centred(schemes()[0]), centred(schemes()[3])}) {
         CAPTURE(where);
         launch_quantize(s, Dtype::fp16, scheme, random_signs(64, 1), Q.get(), K.get(), V.get(), q.view());
-        CHECK_THROWS_AS(check_quantized(q.view()), course::UsageError);
+        CHECK_THROWS_AS(check_quantized(s, q.view()), course::UsageError);
       }
     }
+  {  // V per block, bf16: its first 128 keys near 1e-37 (a scale from 2^-119, a descale of 2^-127.8), the rest near
+     // 1000 (a descale near 2): 2^129 apart, past kMaxVScaleSpan, refused; per tensor (one descale) taken
+    Inputs b = make_inputs(s, Dtype::bf16, course::fresh_seed());
+    for (int k = 0; k < s.N; ++k)
+      for (int c = 0; c < s.d; ++c) b.V[std::size_t(k) * s.d + c] *= k < kScaleRows ? 1e-37f : 1000.0f;
+    const auto vh = course::round_in_place(Dtype::bf16, b.V);
+    course::DeviceBuffer<std::uint16_t> Q(b.Qh), K(b.Kh), V(vh);
+    Fp8Buffers q(s);
+    for (const Scheme& scheme : {schemes()[1], schemes()[3], centred(schemes()[1])}) {
+      CAPTURE(scheme.name());
+      launch_quantize(s, Dtype::bf16, scheme, random_signs(64, 1), Q.get(), K.get(), V.get(), q.view());
+      CHECK_THROWS_AS(check_quantized(s, q.view()), course::UsageError);
+    }
+    launch_quantize(s, Dtype::bf16, schemes()[0], {}, Q.get(), K.get(), V.get(), q.view());
+    CHECK_NOTHROW(check_quantized(s, q.view()));
+  }
   course::DeviceBuffer<std::uint16_t> X(s.elements()), O(s.elements());
   course::DeviceBuffer<float> L(s.N);
   Fp8Buffers q(s);
