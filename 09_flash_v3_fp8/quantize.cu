@@ -130,10 +130,14 @@ __device__ inline void fwht_quad(At x, int p) {
 }
 
 // At least 2 blocks an SM, so up to 128 registers a thread: with all 16 rows loaded first, the incoherent
-// and centred kernels need up to 111 (ptxas's own choice, 80, spilled). Those above 85 registers (per block
-// + Hadamard's: 92 to 95) fit 2 blocks an SM where the first version fitted 3.
+// and centred kernels need up to 111 (ptxas's own choice, 80, spilled). Those above 85 registers fit 2 blocks an SM.
+// The transform at d = 128, not centred, asks for 3 (80 registers, no spill): at 92 it fitted 2, and Nsight Compute
+// found it bound by latency there (25% occupancy: 1.2 warps of 3.8 ready a scheduler, the issue slots 56% busy, the
+// memory 54%; chapter 09). What it should buy: the occupancy of per block without the transform (37.5%), whose
+// kernel reaches 85% of DRAM's peak: per block + Hadamard 0.113 -> 0.085-0.095 ms on an H200. Centred, it spills
+// at 80 (16 to 44 bytes), and keeps 2.
 template <class T, int D, bool kIncoherent, bool kAmaxOnly, bool kCentreV>
-__global__ void __launch_bounds__(kWarps * 32, 2)
+__global__ void __launch_bounds__(kWarps * 32, kIncoherent && !kCentreV && D == 128 ? 3 : 2)
     fp8_quantize(Tensors t, int N, int blocks, bool per_tensor, SignBits signs, float inv_sqrt_d) {
   constexpr int E = D / 32;
   const int z = blockIdx.z, b = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
