@@ -44,7 +44,9 @@ constexpr float kMinAmax = 0x1p-119f;
 COURSE_HD inline float scale_amax(float amax) { return amax > 0.0f && amax < kMinAmax ? kMinAmax : amax; }
 // The attention keeps o in units of one key block's V descale and steps it by two blocks' ratio (fp8_attention.cu):
 // a ratio of at most 2^64 keeps o (below 448·2^8·N, 2^37 at N = 2^20) and l far from fp32's 2^128. Only per-block
-// scales of bf16 V whose blocks' magnitudes differ by some 19 orders pass it; check_quantized refuses them.
+// scales of bf16 V whose blocks' magnitudes differ by some 19 orders pass it; check_quantized refuses them. An
+// all-zero block's descale is 1 and counts: beside blocks above about 8e21 that is a real overflow; beside blocks
+// below about 2e-17 (bf16 only) a refusal the kernel would not need (o only shrinks into the larger unit).
 constexpr double kMaxVScaleSpan = 0x1p64;
 // The largest ratio between `blocks` positive descales (one head's V).
 double v_scale_span(const float* v_scale, int blocks);
