@@ -2941,6 +2941,17 @@ def _(D, F):
     return ms
 
 
+@prose(CH09, r"With the\sfloor, the FP8 rows of a later run \(\[quant_p108\.csv\]\(results/h200/stage09/quant_p108\.csv\)\) took\s([\d.]+)–([\d.]+) of their earlier times")
+def _(D, F):
+    """quant_p108.csv's FP8 attention rows over quant_p105.csv's (the same variants, cells and program)."""
+    key = lambda r: (r["shape"].split(" Br")[0], r["variant"])  # noqa: E731
+    before = {key(r): float(r["ms"]) for r in F["h200_09_quant"] if r["ms"]}
+    ratios = [float(r["ms"]) / before[key(r)] for r in F["h200_09_quads"]
+              if r["ms"] and r["variant"].startswith("fp8_") and key(r) in before]
+    assert len(ratios) == 24, len(ratios)
+    return [min(ratios), max(ratios)]
+
+
 @prose(CH09, r"At d = 128 a lane of the transform holds (\d+) floats \((\d+) values of\seach of its two rows\), and the kernel takes (\d+) registers a thread, so (\d+) blocks of 256 threads fit\san SM, where per block without the transform takes (\d+) and fits (\d+): (\d+)% occupancy, not ([\d.]+)%\. Each\sscheduler then holds ([\d.]+) warps, ([\d.]+) of them ready to issue on average, and on (\d+)% of its cycles\snone: the issue slots are (\d+)% busy and the memory (\d+)% of its peak.*?At\sd = 64 the same kernel takes (\d+) registers and fits (\d+) blocks: the issue slots (\d+)% busy, the memory\s(\d+)%")
 def _(D, F):
     n = F["h200_09_quads_ncu"]

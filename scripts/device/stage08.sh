@@ -38,22 +38,8 @@ if has sass; then
     cuobjdump -res-usage "$f" >>"$OUT/resource_usage.txt" 2>&1
     cuobjdump -sass "$f" >>"$OUT/sass.txt" 2>&1
   done
-  python3 - "$OUT/sass.txt" <<'PY' | tee "$OUT/sass_summary.txt"
-import re, sys, collections
-fn, counts = None, collections.OrderedDict()
-for line in open(sys.argv[1]):
-    m = re.search(r"Function : (\S+)", line)
-    if m:
-        fn = m.group(1); counts[fn] = collections.Counter(); continue
-    m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)
-    if fn and m:
-        op = m.group(1)
-        for key in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "LDGSTS", "BAR", "MUFU.EX2", "STL", "LDL", "WARPGROUP", "USETMAXREG", "LDSM", "STS", "STG"):
-            if op.startswith(key): counts[fn][key] += 1
-for fn, c in counts.items():
-    short = re.sub(r"_ZN9attention3fa3(\d+)", "", fn)[:60]
-    print(f"{short:60s} " + " ".join(f"{k}={v}" for k, v in sorted(c.items())))
-PY
+  python3 scripts/device/sass_counts.py "$OUT/sass.txt" \
+    --keys HGMMA,UTMALDG,UTMASTG,SYNCS,LDGSTS,BAR,MUFU.EX2,STL,LDL,WARPGROUP,USETMAXREG,LDSM,STS,STG | tee "$OUT/sass_summary.txt"
 fi
 
 if has test; then

@@ -48,32 +48,15 @@ if has sass; then
   obj=build/09_flash_v3_fp8/CMakeFiles/09_flash_v3_fp8_lib.dir/fp8_attention.cu.o
   cuobjdump -res-usage "$obj" >"$OUT/resource_usage.txt" 2>&1
   cuobjdump -sass "$obj" >"$OUT/sass.txt" 2>&1
-  python3 - "$OUT/sass.txt" <<'PY' | tee "$OUT/sass_summary.txt"
-import re, sys, collections
-fn, counts = None, collections.OrderedDict()
-for line in open(sys.argv[1]):
-    m = re.search(r"Function : (\S+)", line)
-    if m:
-        fn = m.group(1); counts[fn] = collections.Counter(); continue
-    m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)
-    if fn and m:
-        op = m.group(1); counts[fn]["all"] += 1
-        for key in ("QGMMA", "MUFU.EX2", "FFMA.SAT", "PRMT", "F2FP", "STL", "LDL", "WARPGROUP", "UTMALDG", "STSM"):
-            if op.startswith(key): counts[fn][key] += 1
-# The last rungs: the default kernel (fp16 out) at both d, with and without kLin; the wide rung's _wide_stsm and _wide_lin.
-tags = {"d64": "flash_v3_fp8I6__halfLi64ELi4ELi0ELb1ELb0ELi3ELb0ELb0ELb0EEEv",
-        "d64_lin": "flash_v3_fp8I6__halfLi64ELi4ELi0ELb1ELb0ELi3ELb0ELb0ELb1EEEv",
-        "d128": "flash_v3_fp8I6__halfLi128ELi4ELi0ELb1ELb1ELi2ELb0ELb0ELb0EEEv",
-        "d128_lin": "flash_v3_fp8I6__halfLi128ELi4ELi0ELb1ELb1ELi2ELb0ELb0ELb1EEEv",
-        "wide_stsm": "wide_overlapI6__halfLb1ELb1ELb1ELb1ELb1ELb1ELb1ELb0EEEv",
-        "wide_lin": "wide_overlapI6__halfLb1ELb1ELb1ELb1ELb1ELb1ELb1ELb1EEEv"}
-for tag, suffix in tags.items():
-    found = [f for f in counts if suffix in f]
-    if len(found) != 1:
-        print(f"{tag:10s} not found once ({len(found)})"); continue
-    c = counts[found[0]]
-    print(f"{tag:10s} " + " ".join(f"{k}={v}" for k, v in sorted(c.items())) + ("  SERIALISED" if c["WARPGROUP"] > 20 else ""))
-PY
+  # The last rungs: the default kernel (fp16 out) at both d, with and without kLin; the wide rung's _wide_stsm and _wide_lin.
+  python3 scripts/device/sass_counts.py "$OUT/sass.txt" --all --serialised-above 20 \
+    --keys QGMMA,MUFU.EX2,FFMA.SAT,PRMT,F2FP,STL,LDL,WARPGROUP,UTMALDG,STSM \
+    --tag d64=flash_v3_fp8I6__halfLi64ELi4ELi0ELb1ELb0ELi3ELb0ELb0ELb0EEEv \
+    --tag d64_lin=flash_v3_fp8I6__halfLi64ELi4ELi0ELb1ELb0ELi3ELb0ELb0ELb1EEEv \
+    --tag d128=flash_v3_fp8I6__halfLi128ELi4ELi0ELb1ELb1ELi2ELb0ELb0ELb0EEEv \
+    --tag d128_lin=flash_v3_fp8I6__halfLi128ELi4ELi0ELb1ELb1ELi2ELb0ELb0ELb1EEEv \
+    --tag wide_stsm=wide_overlapI6__halfLb1ELb1ELb1ELb1ELb1ELb1ELb1ELb0EEEv \
+    --tag wide_lin=wide_overlapI6__halfLb1ELb1ELb1ELb1ELb1ELb1ELb1ELb1EEEv | tee "$OUT/sass_summary.txt"
   note "sass: $(grep -c SERIALISED "$OUT/sass_summary.txt") serialised, $(grep -c 'not found' "$OUT/sass_summary.txt") not found"
 fi
 
