@@ -134,7 +134,8 @@ __device__ inline void fwht_quad(At x, int p) {
 // The transform at d = 128, not centred, asks for 3 (80 registers, no spill): at 92 it fitted 2, and Nsight Compute
 // found it bound by latency there (25% occupancy: 1.2 warps of 3.8 ready a scheduler, the issue slots 56% busy, the
 // memory 54%; chapter 09). What it should buy: the occupancy of per block without the transform (37.5%), whose
-// kernel reaches 85% of DRAM's peak: per block + Hadamard 0.113 -> 0.085-0.095 ms on an H200. Centred, it spills
+// kernel reaches 85% of DRAM's peak: per block + Hadamard 0.113 -> 0.085-0.095 ms on an H200. Measured there: 0.097
+// ms (3 blocks, 5.7 warps a scheduler where there were 3.8, DRAM 64% busy): narrowly missed. Centred, it spills
 // at 80 (16 to 44 bytes), and keeps 2.
 template <class T, int D, bool kIncoherent, bool kAmaxOnly, bool kCentreV>
 __global__ void __launch_bounds__(kWarps * 32, kIncoherent && !kCentreV && D == 128 ? 3 : 2)
