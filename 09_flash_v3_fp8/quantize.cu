@@ -3,10 +3,10 @@
 //
 // One thread block takes one scale block (128 rows of one head) of one tensor (blockIdx.z: Q, K,
 // V); each of its 8 warps 16 rows, a row across the warp's 32 lanes (d/32 values a lane, one 8- or
-// 4-byte load) or, for Q and K with the transform, across 4 (fwht_quad). A warp issues the loads of all its 16 rows before it uses any: without the transform
-// the kernel is bound by memory, and the bytes in flight are what keeps the memory busy. With it, a row
-// across 32 lanes took 20 shuffles at d = 128, which added their time to the bytes'; across 4 lanes
-// (below), 8.
+// 4-byte load) or, for Q and K with the transform, across 4 (fwht_quad). A warp issues the loads of all
+// its 16 rows before it uses any: without the transform the kernel is bound by memory, and the bytes in
+// flight are what keeps the memory busy. With it, a row across 32 lanes took 20 shuffles at d = 128,
+// which added their time to the bytes'; across 4 lanes (below), 8.
 // A row with incoherent processing (Q and K): times the signs, then the fast Walsh–Hadamard transform in
 // registers, each butterfly (a, b) -> (a + b, a − b) as fwht does on the CPU, in the same order of strides;
 // then times 1/√d. O(d log d) a row: 7 rounds at d = 128. Such a row goes across 4 lanes, not 32 (see
