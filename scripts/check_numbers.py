@@ -3131,6 +3131,18 @@ def _(D, F):
             min(wide), max(wide), min(lin), max(lin), min(rest), max(rest)]
 
 
+@prose(CH09, r"A cell's 20 calls spread \(fastest to slowest, over the median\)\s([\d.]+)–([\d.]+)% for the table's FP8 kernels, ([\d.]+)–([\d.]+)% for stage 08 at N = 4096 and up to ([\d.]+)% at N = 16384")
+def _(D, F):
+    """main_job_p113.csv: (ms_max − ms_min) / ms of the table's kernels, FP8 and stage 08 apart."""
+    spread = lambda r: 100 * (float(r["ms_max"]) - float(r["ms_min"])) / float(r["ms"])  # noqa: E731
+    rows = [r for r in F["h200_09_main"] if r["ms"] and not r["variant"].startswith("quant_")]
+    table = ("fp8_per_tensor", "fp8_per_block_hadamard", "fp8_per_tensor_lin", "fp8_per_tensor_wide_stsm",
+             "fp8_per_tensor_wide_lin")  # the table's FP8 columns
+    fp8 = [spread(r) for r in rows if r["variant"] in table]
+    s08 = lambda n: [spread(r) for r in rows if r["variant"] == "08_tuned" and f" N={n} " in r["shape"]]  # noqa: E731
+    return [min(fp8), max(fp8), min(s08(4096)), max(s08(4096)), max(s08(16384))]
+
+
 @prose(CH09, r"Against stage 08's last rung the wide rung passes 1\.5× in all four d = 128 cells even with the\sexponential unit, and `_wide_lin` is ([\d.]+)–([\d.]+)× stage 08's fastest call in each cell \(stage 08's")
 def _(D, F):
     cells = [(N, c) for N in (4096, 16384) for c in (False, True)]
