@@ -3,31 +3,18 @@
 // K/V blocks outside, Q blocks inside, O, l and m kept in global memory); with the models of their
 // traffic and of the device memory they need.
 //
-// Layout: Q, K, V and O are B·H heads of N × d floats, row-major, one head after another; l and m
-// are B·H rows of N floats.
+// Layout (attention/shape.hpp): Q, K, V and O are B·H heads of N × d floats; l and m are B·H rows
+// of N floats.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
+#include "attention/shape.hpp"
 #include "io_count.hpp"
 
 namespace attention {
-
-struct Shape {
-  int B = 1, H = 1, N = 1, d = 64;
-  bool causal = false;
-  int heads() const { return B * H; }
-  std::size_t elements() const { return std::size_t(heads()) * N * d; }  // of Q (or K, V, O)
-  double flops() const;  // 4·B·H·N²·d, halved when causal (docs/DESIGN.md)
-  std::string text() const;  // "B=4 H=32 N=4096 d=64 causal=0"
-};
-// Rejects what no variant handles: empty shapes, d other than 32, 64 or 128.
-void require_supported(const Shape& s);
-inline bool supported_d(int d) { return d == 32 || d == 64 || d == 128; }
-// Whether query row i may look at key j.
-inline bool visible(const Shape& s, int i, int j) { return !s.causal || j <= i; }
 
 // --- standard attention ------------------------------------------------------------------------
 // 1. Kt = scale·Kᵀ per head (scale = 1/√d)  read K, write Kt         (stage 05, a transpose)

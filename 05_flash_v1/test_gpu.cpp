@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../03_safe_softmax/test_util.hpp"  // under_sanitizer
+#include "testing/sanitizer.hpp"
 #include "algorithm.hpp"
 #include "check.hpp"
 #include "counters.hpp"
@@ -56,7 +56,7 @@ std::vector<float> run_standard(const Shape& s, const testing::Inputs& in) {
 
 TEST_CASE("flash_v1 matches float64 for every compiled block size, causal or not, ragged N") {
   // Under compute-sanitizer (slow): the ragged sizes only.
-  const std::vector<int> sizes = softmax::testing::under_sanitizer() ? std::vector<int>{7, 200}
+  const std::vector<int> sizes = course::testing::under_sanitizer() ? std::vector<int>{7, 200}
                                                                      : std::vector<int>{1, 7, 64, 1000};
   for (int d : {32, 64, 128})
     for (int Bc : flash_v1_compiled(d))
@@ -96,7 +96,7 @@ TEST_CASE("flash_v1 writes the final l and m of every row, as the CPU twin does"
 
 TEST_CASE("standard and flash_v1 at N = 4097, and with all scores very negative") {
   for (bool causal : {false, true}) {
-    const Shape s{1, 2, softmax::testing::under_sanitizer() ? 513 : 4097, 64, causal};
+    const Shape s{1, 2, course::testing::under_sanitizer() ? 513 : 4097, 64, causal};
     const auto in = testing::random_inputs(s);
     CAPTURE(s.text());
     CAPTURE(in.seed);
@@ -132,7 +132,7 @@ TEST_CASE("bad input: unsupported d, block sizes that are not compiled") {
 }
 
 TEST_CASE("stage 05 kernels: measured SM<->L2 traffic is the counted traffic") {
-  if (softmax::testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
+  if (course::testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
   for (auto [N, d, Bc, causal] : std::vector<std::array<int, 4>>{
            {1024, 64, 256, 0}, {1000, 64, 64, 1}, {517, 32, 512, 0}, {640, 128, 64, 1}}) {
     const Shape s{2, 2, N, d, causal != 0};

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "check.hpp"
-#include "counted_tensor.hpp"
+#include "attention/counted_tensor.hpp"
 
 namespace attention {
 

@@ -17,13 +17,14 @@
 #include "dtype.hpp"
 #include "gpu.hpp"
 #include "inputs.hpp"
+#include "attention/problem_options.hpp"
 #include "options.hpp"
-#include "problem.hpp"
-#include "reference.hpp"
+#include "attention/problem.hpp"
+#include "attention/reference.hpp"
 #include "variants.hpp"
 #if COURSE_HAS_CUDA
 #include "../05_flash_v1/kernels.cuh"
-#include "device_run.hpp"
+#include "attention/device_run.hpp"
 #endif
 
 using namespace attention;
@@ -36,18 +37,8 @@ constexpr const char* kFlashV1 = "flash_v1";
 
 std::vector<std::string> variant_names() {
   std::vector<std::string> names = {kFlashV1};
-  for (const auto& v : v2_variants()) names.push_back(v.name);
+  for (const auto& name : v2_registry().names()) names.push_back(name);
   return names;
-}
-
-
-// Both checks in one: O's comparison, failing (with L's mismatches added) if L fails.
-course::Comparison both(course::Comparison O, const std::optional<course::Comparison>& L) {
-  if (L && !L->ok()) {
-    O.bad += L->bad + (L->checked ? 0 : 1);
-    O.first_mismatches += "  L: " + L->summary() + "\n" + L->first_mismatches;
-  }
-  return O;
 }
 
 }  // namespace
@@ -56,76 +47,48 @@ int main(int argc, char** argv) {
   CLI::App app{"06_flash_v2: FlashAttention-2 forward, fp32 and tensor cores (fp16, bf16), "
                "with stage 05's FlashAttention-1 beside it"};
   course::CommonOptions options;
-  Shape base;
-  base.H = 2;
-  std::vector<int> seq = {256, 1000};
-  std::vector<std::string> dtype_names = {"fp32", "fp16", "bf16"};
-  float q_scale = 1.0f;
-  double count_limit = double(1 << 28);
-  int tokens = 0;
+  ProblemOptions problem;
+  problem.base.H = 2;
   course::add_common_options(app, options);
-  app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
-  app.add_option("--tokens", tokens,
-                 "Tokens B*N: when given, B = tokens / N for each N (FA-2's benchmarks keep B*N fixed)")
-      ->check(course::whole_number(1));
-  app.add_option("--heads", base.H, "Heads H")->check(course::whole_number(1))->capture_default_str();
-  app.add_option("--seq", seq, "Sequence lengths N, comma-separated")
-      ->delimiter(',')
-      ->check(course::whole_number(1))
-      ->capture_default_str();
-  app.add_option("--d", base.d, "Head dimension d (32: fp32 only; 64, 128)")
-      ->check(CLI::IsMember({32, 64, 128}))
-      ->capture_default_str();
-  app.add_flag("--causal", base.causal, "Causal mask: query i sees keys j <= i");
-  app.add_option("--dtype", dtype_names, "Element types to run, comma-separated (fp32, fp16, bf16)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
-      ->capture_default_str();
-  app.add_option("--q-scale", q_scale,
-                 "Multiply Q by this (10-30 makes logits that overflow a naive exp)")
-      ->check(course::number(0.0))
-      ->capture_default_str();
-  app.add_option("--count-limit", count_limit,
-                 "Run the CPU counting versions only when B*H*N*N*d is at most this")
-      ->check(course::number(0.0))
-      ->capture_default_str();
+  ProblemChoices choices;
+  choices.ds = {32, 64, 128};  // 32: fp32 only
+  choices.dtypes = {"fp32", "fp16", "bf16"};
+  add_problem_options(app, problem, choices);
+  const VariantInfo v1_info{kFlashV1, {Dtype::fp32}, {32, 64, 128},
+                            "stage 05's FlashAttention-1 (fp32) at its largest compiled block"};
+  std::vector<const VariantInfo*> rungs;
+  for (const auto& v : v2_registry().rungs()) rungs.push_back(&v);
+  app.footer(variants_help(rungs, {}, {&v1_info}));
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program("06_flash_v2", [&]() -> int {
     course::finish_common_options(options, variant_names());
-    require_supported(base);
-    std::vector<Dtype> wanted;
-    for (const auto& name : dtype_names) wanted.push_back(course::parse_dtype(name));
-    std::vector<Takes> takes = {{kFlashV1, {Dtype::fp32}, {32, 64, 128}}};
-    for (const Takes& v : takes_of(v2_variants())) takes.push_back(v);
-    const std::vector<Dtype> dtypes = dtypes_to_run(takes, options.variants, wanted, app.count("--dtype") > 0, base.d);
+    const std::vector<Shape> shapes = problem.shapes();
+    std::vector<Takes> takes = {{v1_info.name, v1_info.dtypes, v1_info.ds}};
+    for (const Takes& v : takes_of(v2_registry().rungs())) takes.push_back(v);
+    const std::vector<Dtype> dtypes =
+        dtypes_to_run(takes, options.variants, problem.dtypes(), problem.dtype_given, problem.base.d);
     course::Bench bench("06_flash_v2", options);
     std::vector<std::string> notes;
+    const double count_limit = problem.count_limit;
 
-    for (int N : seq) {
-      Shape s = base;
-      s.N = N;
-      if (tokens > 0) {
-        course::require(tokens % N == 0, "--tokens " + std::to_string(tokens) + " is not a multiple of N = " +
-                                             std::to_string(N));
-        s.B = tokens / N;
-      }
-      require_supported(s);
+    for (const Shape& s : shapes) {
+      const int N = s.N;
       for (Dtype t : dtypes) {
         // The variants that run here: stage 05's flash_v1 (fp32), and stage 06's that take (t, d).
         std::vector<std::string> runs;
         if (t == Dtype::fp32 && course::selected(options, kFlashV1)) runs.push_back(kFlashV1);
-        for (const auto& v : v2_variants())
+        for (const auto& v : v2_registry().rungs())
           if (v.supports(t, s.d) && course::selected(options, v.name)) runs.push_back(v.name);
         if (runs.empty()) continue;
 
         const double bytes = double(s.elements()) * 4.0;
         course::require_fits(8.0 * bytes, 0.0, "the inputs of " + s.text());
-        const std::string problem = s.text() + " " + course::name(t);
-        const bool count = double(s.heads()) * N * double(N) * s.d <= count_limit;
+        const std::string problem_text = s.text() + " " + course::name(t);
+        const bool count = problem.counts(s);
         const bool checked = count || bench.use_gpu();  // else nothing is compared with the reference
-        bench.progress(problem, checked ? "inputs and the float64 reference" : "inputs (nothing to check: no reference)");
-        const Inputs in = make_inputs(s, t, options.seed, q_scale);
+        bench.progress(problem_text, checked ? "inputs and the float64 reference" : "inputs (nothing to check: no reference)");
+        const Inputs in = make_inputs(s, t, options.seed, problem.q_scale);
         std::optional<Reference> ref;
         if (checked) ref.emplace(s, t, in.Q.data(), in.K.data(), in.V.data());
         // The rungs that share a tiling make the same requests and the same arithmetic on the CPU:
@@ -135,7 +98,7 @@ int main(int argc, char** argv) {
         for (const std::string& name : runs) {
           const bool v1 = name == kFlashV1;
           const Blocks b1 = v1 ? flash_v1_blocks(sram_floats(flash_v1_compiled(s.d).back(), s.d), s.d) : Blocks{};
-          const Tiles tiles = v1 ? Tiles{b1.Br, b1.Bc} : v2_variant(name).tiles(s);
+          const Tiles tiles = v1 ? Tiles{b1.Br, b1.Bc} : v2_registry().find(name).tiles(s);
           course::Row row = bench.row(name, s.text() + " Br=" + std::to_string(tiles.Br) +
                                                 " Bc=" + std::to_string(tiles.Bc));
           row.dtype = course::name(t);
@@ -144,7 +107,7 @@ int main(int argc, char** argv) {
           row.io_model_bytes = v1 ? flash_v1_model_bytes(s, b1) : flash_v2_model_bytes(s, t, tiles);
           const auto key = std::make_pair(v1 ? 0 : tiles.Br, tiles.Bc);
           if (count && !counted.count(key)) {
-            bench.progress(problem, name + ": counting IO on the CPU");
+            bench.progress(problem_text, name + ": counting IO on the CPU");
             std::vector<float> O(s.elements(), NAN), L(std::size_t(s.heads()) * N, NAN);
             if (v1) {
               std::vector<float> m(L.size());
@@ -152,7 +115,7 @@ int main(int argc, char** argv) {
               counted[key] = {io, ref->check_O(O.data())};  // FA-1's l is not the logsumexp
             } else {
               const auto io = flash_v2_counted(s, t, tiles, in.Q.data(), in.K.data(), in.V.data(), O.data(), L.data());
-              counted[key] = {io, both(ref->check_O(O.data()), ref->check_L(L.data()))};
+              counted[key] = {io, with_L(ref->check_O(O.data()), ref->check_L(L.data()))};
             }
           }
           if (count) bench.record_counted(row, counted[key].first, counted[key].second);
@@ -163,7 +126,7 @@ int main(int argc, char** argv) {
               course::require_fits(0.0, device, name + " " + s.text());
             } catch (const course::ResourceError& e) {
               row.device = course::device_label();
-              notes.push_back(name + " " + problem + ": not run, out of device memory (" + e.what() + ")");
+              notes.push_back(name + " " + problem_text + ": not run, out of device memory (" + e.what() + ")");
               bench.add(row);
               continue;
             }
@@ -175,15 +138,14 @@ int main(int argc, char** argv) {
                 launch_flash_v1(s, b1, dev.Qf.get(), dev.Kf.get(), dev.Vf.get(), dev.Of.get(), dev.L.get(), dev.m.get());
               };
             } else {
-              const V2Variant& v = v2_variant(name);
+              const ForwardVariant& v = v2_registry().find(name);
               launch = [&] { v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get()); };
             }
             dev.poison();
             bench.measure_gpu(row, launch, [&] {
               const auto O = dev.O_values(t);
-              std::optional<course::Comparison> L_check;
-              if (!v1) L_check = ref->check_L(dev.L.download().data());  // flash_v1's l is not L
-              return both(ref->check_O(O.data()), L_check);
+              if (v1) return ref->check_O(O.data());  // flash_v1's l is not L
+              return with_L(ref->check_O(O.data()), ref->check_L(dev.L.download().data()));
             });
           }
 #endif
@@ -202,7 +164,7 @@ int main(int argc, char** argv) {
     char title[256];
     std::snprintf(title, sizeof title,
                   "06_flash_v2 on %s, Q, K, V uniform in [-1, 2) (Q times %g), seed %llu (repeat with --seed %llu)",
-                  course::device_label().c_str(), double(q_scale), static_cast<unsigned long long>(options.seed),
+                  course::device_label().c_str(), double(problem.q_scale), static_cast<unsigned long long>(options.seed),
                   static_cast<unsigned long long>(options.seed));
     return bench.finish(title, notes);
   });

@@ -10,8 +10,8 @@
 
 #include "algorithm.hpp"
 #include "check.hpp"
-#include "problem.hpp"
-#include "reference.hpp"
+#include "attention/problem.hpp"
+#include "attention/reference.hpp"
 #include "variants.hpp"
 
 using namespace attention;
@@ -198,16 +198,16 @@ TEST_CASE("key blocks: all of them, or causal only up to the block's last row") 
 }
 
 TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused with a message") {
-  CHECK(v2_variants().size() == 10);
-  CHECK(v2_variant("skip_mask").tiles(Shape{1, 1, 1024, 64}).Br == 64);  // rung 4's steps keep rung 3's tiles until 4e
-  CHECK(v2_variant("tuned").tiles(Shape{1, 1, 1024, 128}).Br == 128);
-  CHECK(v2_variant("tuned").supports(Dtype::bf16, 128));
-  CHECK(v2_variant("lazy_rescale").supports(Dtype::fp16, 64));
-  CHECK_FALSE(v2_variant("tuned").supports(Dtype::fp32, 64));
-  CHECK_FALSE(v2_variant("mma").supports(Dtype::fp16, 32));
-  CHECK(v2_variant("flash_v2").supports(Dtype::fp32, 32));
-  CHECK_THROWS_AS(v2_variant("fa3"), course::UsageError);
-  CHECK_THROWS_AS(require_supported(v2_variant("tuned"), Dtype::fp16, 32), course::UsageError);
+  CHECK(v2_registry().rungs().size() == 10);
+  CHECK(v2_registry().find("skip_mask").tiles(Shape{1, 1, 1024, 64}).Br == 64);  // rung 4's steps keep rung 3's tiles until 4e
+  CHECK(v2_registry().find("tuned").tiles(Shape{1, 1, 1024, 128}).Br == 128);
+  CHECK(v2_registry().find("tuned").supports(Dtype::bf16, 128));
+  CHECK(v2_registry().find("lazy_rescale").supports(Dtype::fp16, 64));
+  CHECK_FALSE(v2_registry().find("tuned").supports(Dtype::fp32, 64));
+  CHECK_FALSE(v2_registry().find("mma").supports(Dtype::fp16, 32));
+  CHECK(v2_registry().find("flash_v2").supports(Dtype::fp32, 32));
+  CHECK_THROWS_AS(v2_registry().find("fa3"), course::UsageError);
+  CHECK_THROWS_AS(require_supported(v2_registry().find("tuned"), Dtype::fp16, 32), course::UsageError);
   CHECK_THROWS_AS(require_supported(Shape{1, 1, 0, 64, false}), course::UsageError);
   CHECK_THROWS_AS(course::parse_dtype("fp8"), course::UsageError);
   const Shape s{1, 1, 8, 64, false};
@@ -218,7 +218,7 @@ TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused wi
 
 TEST_CASE("the dtypes that run with d: what the user asked for must run, or the options are refused") {
   std::vector<Takes> takes = {{"flash_v1", {Dtype::fp32}, {32, 64, 128}}};
-  for (const Takes& v : takes_of(v2_variants())) takes.push_back(v);
+  for (const Takes& v : takes_of(v2_registry().rungs())) takes.push_back(v);
   const std::vector<Dtype> all = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
   // The default dtypes: those that run at d.
   CHECK(dtypes_to_run(takes, {}, all, false, 64) == all);

@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "../03_safe_softmax/test_util.hpp"  // under_sanitizer
+#include "testing/sanitizer.hpp"
 #include "algorithm.hpp"
 #include "check.hpp"
 #include "counters.hpp"
-#include "device_run.hpp"
+#include "attention/device_run.hpp"
 #include "kernels.cuh"
-#include "problem.hpp"
-#include "reference.hpp"
-#include "test_gpu_util.hpp"
+#include "attention/problem.hpp"
+#include "attention/reference.hpp"
+#include "testing/attention_gpu.hpp"
 #include "variants.hpp"
 
 using namespace attention;
@@ -27,9 +27,9 @@ using attention::testing::run_gpu;
 
 TEST_CASE("every variant matches float64 (O and L), every dtype and d it takes, causal or not, ragged N") {
   // Under compute-sanitizer (slow): fewer sizes, still ragged ones and N = 1.
-  const bool sanitizer = softmax::testing::under_sanitizer();
+  const bool sanitizer = course::testing::under_sanitizer();
   const std::vector<int> sizes = sanitizer ? std::vector<int>{1, 77, 200} : std::vector<int>{1, 7, 64, 130, 1000};
-  for (const auto& v : v2_variants())
+  for (const auto& v : v2_registry().rungs())
     for (Dtype t : v.dtypes)
       for (int d : v.ds)
         for (bool causal : {false, true})
@@ -46,8 +46,8 @@ TEST_CASE("every variant matches float64 (O and L), every dtype and d it takes, 
 }
 
 TEST_CASE("large logits (Q times 30), and N = 4097 with many heads") {
-  const bool sanitizer = softmax::testing::under_sanitizer();
-  for (const auto& v : v2_variants())
+  const bool sanitizer = course::testing::under_sanitizer();
+  for (const auto& v : v2_registry().rungs())
     for (Dtype t : v.dtypes) {
       const Shape big{1, sanitizer ? 2 : 5, sanitizer ? 513 : 4097, v.ds.back(), true};
       // Large logits at the smallest and the largest d: row maxima jump by far more than 2^8 between
@@ -80,8 +80,8 @@ TEST_CASE("bad input: dtypes and head dimensions a kernel does not take, empty s
 }
 
 TEST_CASE("stage 06 kernels: measured SM<->L2 traffic is the counted traffic") {
-  if (softmax::testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
-  for (const auto& v : v2_variants())
+  if (course::testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
+  for (const auto& v : v2_registry().rungs())
     for (auto [N, d, causal] : std::vector<std::array<int, 3>>{{1024, 64, 0}, {1000, 128, 1}, {517, 64, 1}}) {
       const Dtype t = v.dtypes.front();
       if (!v.supports(t, d)) continue;

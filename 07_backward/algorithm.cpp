@@ -5,7 +5,8 @@
 #include <vector>
 
 #include "../02_tiled_matmul/algorithm.hpp"
-#include "../06_flash_v2/counted_tensor.hpp"
+#include "../05_flash_v1/algorithm.hpp"  // standard attention's forward: its model and transpose tile
+#include "attention/counted_tensor.hpp"
 #include "check.hpp"
 
 namespace attention {

@@ -114,7 +114,7 @@ struct BackwardDeviceRun {
   void forward(const Shape& s) {
     if (standard) return launch_standard_forward(s, t, args(), fp32() ? static_cast<void*>(Of.get()) : Oh.get());
     const std::string name = fp32() ? "flash_v2" : "tuned";  // named: no reference to a temporary
-    const V2Variant& v = v2_variant(name);
+    const ForwardVariant& v = v2_registry().find(name);
     struct Unrounded {  // set for this launch only, also when it throws (O32 is freed with this run)
       explicit Unrounded(float* o) { set_unrounded_output(o); }
       ~Unrounded() { set_unrounded_output(nullptr); }

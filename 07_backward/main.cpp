@@ -20,6 +20,7 @@
 #include "check.hpp"
 #include "dtype.hpp"
 #include "gpu.hpp"
+#include "attention/problem_options.hpp"
 #include "options.hpp"
 #include "problem.hpp"
 #include "reference.hpp"
@@ -101,38 +102,18 @@ std::map<std::string, Counted> count_on_cpu(const Shape& s, Dtype t, const std::
 int main(int argc, char** argv) {
   CLI::App app{"07_backward: FlashAttention's backward pass with recompute, fp32 and tensor cores (fp16, bf16)"};
   course::CommonOptions options;
-  Shape base;
-  base.H = 2;
-  std::vector<int> seq = {256, 1000};
-  std::vector<std::string> dtype_names = {"fp32", "fp16", "bf16"};
-  float q_scale = 1.0f;
+  ProblemOptions problem;
+  problem.base.H = 2;
   bool keys_almost_equal = false, unrounded_o = false;
-  double count_limit = double(1 << 28);
-  int tokens = 0, check_heads = 3;
+  int check_heads = 3;
   std::string dump_dir;
   bool with_forward = false;
   course::add_common_options(app, options);
-  app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
-  app.add_option("--tokens", tokens, "Tokens B*N: when given, B = tokens / N for each N")->check(course::whole_number(1));
-  app.add_option("--heads", base.H, "Heads H")->check(course::whole_number(1))->capture_default_str();
-  app.add_option("--seq", seq, "Sequence lengths N, comma-separated")
-      ->delimiter(',')
-      ->check(course::whole_number(1))
-      ->capture_default_str();
-  app.add_option("--d", base.d, "Head dimension d (32: fp32 only; 64, 128)")
-      ->check(CLI::IsMember({32, 64, 128}))
-      ->capture_default_str();
-  app.add_flag("--causal", base.causal, "Causal mask: query i sees keys j <= i");
-  app.add_option("--dtype", dtype_names, "Element types to run, comma-separated (fp32, fp16, bf16)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
-      ->capture_default_str();
-  app.add_option("--q-scale", q_scale, "Multiply Q by this (10-30 makes logits that overflow a naive exp)")
-      ->check(course::number(0.0))
-      ->capture_default_str();
-  app.add_option("--count-limit", count_limit, "Run the CPU counting versions only when B*H*N*N*d is at most this")
-      ->check(course::number(0.0))
-      ->capture_default_str();
+  ProblemChoices choices;
+  choices.ds = {32, 64, 128};  // 32: fp32 only
+  choices.dtypes = {"fp32", "fp16", "bf16"};
+  add_problem_options(app, problem, choices);
+  app.footer(bwd_registry().help());
   app.add_option("--check-heads", check_heads,
                  "Heads the float64 reference computes when B*H*N > 16384 (first, middle, last)")
       ->check(CLI::Range(1, 3))
@@ -152,14 +133,13 @@ int main(int argc, char** argv) {
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program("07_backward", [&]() -> int {
-    course::finish_common_options(options, course::names_of(bwd_variants()));
-    require_supported(base);
-    course::require(dump_dir.empty() || (seq.size() == 1 && dtype_names.size() == 1),
+    course::finish_common_options(options, course::names_of(bwd_registry().rungs()));
+    const std::vector<Shape> shapes = problem.shapes();
+    course::require(dump_dir.empty() || (shapes.size() == 1 && problem.dtype_names.size() == 1),
                     "--dump takes one N (--seq) and one dtype (--dtype)");
-    std::vector<Dtype> wanted;
-    for (const auto& name : dtype_names) wanted.push_back(course::parse_dtype(name));
-    const std::vector<Dtype> dtypes =
-        dtypes_to_run(takes_of(bwd_variants()), options.variants, wanted, app.count("--dtype") > 0, base.d);
+    const std::vector<Dtype> dtypes = dtypes_to_run(takes_of(bwd_registry().rungs()), options.variants,
+                                                    problem.dtypes(), problem.dtype_given, problem.base.d);
+    const double count_limit = problem.count_limit;
     course::Bench bench("07_backward", options);
     std::vector<std::string> notes;
     if (unrounded_o)
@@ -167,37 +147,31 @@ int main(int argc, char** argv) {
                       "the preprocess reads those instead of O's 2); on the GPU only: the CPU columns (model, counted, "
                       "and the error of a CPU-only run) are those of D from the rounded O");
 
-    for (int N : seq) {
-      Shape s = base;
-      s.N = N;
-      if (tokens > 0) {
-        course::require(tokens % N == 0, "--tokens " + std::to_string(tokens) + " is not a multiple of N = " + std::to_string(N));
-        s.B = tokens / N;
-      }
-      require_supported(s);
+    for (const Shape& s : shapes) {
+      const int N = s.N;
       for (Dtype t : dtypes) {
         std::vector<const BwdVariant*> runs;
-        for (const auto& v : bwd_variants())
+        for (const auto& v : bwd_registry().rungs())
           if (v.supports(t, s.d) && course::selected(options, v.name)) runs.push_back(&v);
         if (runs.empty()) continue;
         course::require_fits(10.0 * double(s.elements()) * 4.0, 0.0, "the inputs of " + s.text());
-        const std::string problem = s.text() + " " + course::name(t);
+        const std::string problem_text = s.text() + " " + course::name(t);
         // The CPU counts (standard attention's in fp32 only) and the GPU runs are what the float64
         // reference is for; without either it is not computed.
-        bool count = double(s.heads()) * N * double(N) * s.d <= count_limit && !with_forward;
+        bool count = problem.counts(s) && !with_forward;
         if (count) {
           bool any = false;
           for (const BwdVariant* v : runs) any = any || !v->standard || t == Dtype::fp32;
           count = any;
         }
         const bool checked = count || bench.use_gpu();
-        bench.progress(problem, checked ? "inputs and the float64 reference" : "inputs (nothing to check: no reference)");
-        BackwardInputs in = make_backward_inputs(s, t, options.seed, q_scale);
+        bench.progress(problem_text, checked ? "inputs and the float64 reference" : "inputs (nothing to check: no reference)");
+        BackwardInputs in = make_backward_inputs(s, t, options.seed, problem.q_scale);
         if (keys_almost_equal) make_keys_almost_equal(s, t, in.fwd);
         std::optional<BackwardReference> ref;
         if (checked) ref.emplace(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data(), check_heads);
         const std::map<std::string, Counted> counted =
-            count ? count_on_cpu(s, t, runs, in, *ref, bench, problem) : std::map<std::string, Counted>{};
+            count ? count_on_cpu(s, t, runs, in, *ref, bench, problem_text) : std::map<std::string, Counted>{};
         Dump dump{dump_dir, {}};
         if (!dump_dir.empty()) {
           dump.write("Q.bin", in.fwd.Q), dump.write("K.bin", in.fwd.K), dump.write("V.bin", in.fwd.V);
@@ -216,7 +190,7 @@ int main(int argc, char** argv) {
           double model = v->standard ? standard_backward_model_bytes(s, t) : flash_backward_model_bytes(s, t, plan);
           if (with_forward)
             model += v->standard ? standard_forward_model_bytes(s, t)
-                                 : flash_v2_model_bytes(s, t, v2_variant(t == Dtype::fp32 ? "flash_v2" : "tuned").tiles(s));
+                                 : flash_v2_model_bytes(s, t, v2_registry().find(t == Dtype::fp32 ? "flash_v2" : "tuned").tiles(s));
           row.io_model_bytes = model;
           if (const auto c = counted.find(count_key(*v)); c != counted.end())
             bench.record_counted(row, c->second.first, c->second.second);
@@ -229,7 +203,7 @@ int main(int argc, char** argv) {
               course::require_fits(0.0, device, v->name + " " + s.text());
             } catch (const course::ResourceError& e) {
               row.device = course::device_label();
-              notes.push_back(v->name + " " + problem + ": not run, out of device memory (" + e.what() + ")");
+              notes.push_back(v->name + " " + problem_text + ": not run, out of device memory (" + e.what() + ")");
               bench.add(row);
               continue;
             }
@@ -275,7 +249,7 @@ int main(int argc, char** argv) {
     char title[256];
     std::snprintf(title, sizeof title,
                   "07_backward on %s, Q, K, V, dO uniform in [-1, 2) (Q times %g%s), seed %llu (repeat with --seed %llu)",
-                  course::device_label().c_str(), double(q_scale), keys_almost_equal ? "; keys almost equal" : "",
+                  course::device_label().c_str(), double(problem.q_scale), keys_almost_equal ? "; keys almost equal" : "",
                   static_cast<unsigned long long>(options.seed),
                   static_cast<unsigned long long>(options.seed));
     return bench.finish(title, notes);

@@ -7,7 +7,7 @@
 #include <future>
 #include <vector>
 
-#include "../06_flash_v2/problem.hpp"
+#include "attention/problem.hpp"
 
 namespace attention {
 

@@ -178,8 +178,8 @@ TEST_CASE("FlashAttention backward on the CPU matches float64 (dQ, dK, dV), ever
   for (Dtype t : kAll)
     for (bool causal : {false, true})
       for (int N : {1, 7, 64, 130, 333})
-        for (const BackwardPlan& plan : {kAtomic, kDeterministic, bwd_variant("tuned").plan,
-                                         bwd_variant("tuned_deterministic").plan, bwd_variant("wide").plan}) {
+        for (const BackwardPlan& plan : {kAtomic, kDeterministic, bwd_registry().find("tuned").plan,
+                                         bwd_registry().find("tuned_deterministic").plan, bwd_registry().find("wide").plan}) {
           const Shape s{1, 2, N, 64, causal};
           const auto in = make_backward_inputs(s, t, course::fresh_seed());
           CAPTURE(s.text());
@@ -369,8 +369,8 @@ TEST_CASE("counted IO equals the model exactly, any N, every dtype, causal or no
     for (bool causal : {false, true})
       for (auto [N, d] : std::vector<std::array<int, 2>>{{64, 64}, {517, 128}, {300, 32}, {129, 64}}) {
         if (d == 32 && t != Dtype::fp32) continue;
-        for (const BackwardPlan& plan : {kAtomic, kDeterministic, bwd_variant("tuned").plan,
-                                         bwd_variant("tuned_deterministic").plan, bwd_variant("wide").plan}) {
+        for (const BackwardPlan& plan : {kAtomic, kDeterministic, bwd_registry().find("tuned").plan,
+                                         bwd_registry().find("tuned_deterministic").plan, bwd_registry().find("wide").plan}) {
           const Shape s{2, 2, N, d, causal};
           CAPTURE(s.text());
           const std::string dtype = course::name(t);
@@ -424,7 +424,7 @@ TEST_CASE("standard attention's model: the N² tensors P, dP and dS dominate; it
   Shape twice = s;
   twice.N *= 2;
   CHECK(standard_backward_model_bytes(twice, Dtype::fp16) / standard_backward_model_bytes(s, Dtype::fp16) > 3.8);
-  const double ratio = standard_backward_model_bytes(s, Dtype::fp16) / flash_backward_model_bytes(s, Dtype::fp16, bwd_variant("tuned").plan);
+  const double ratio = standard_backward_model_bytes(s, Dtype::fp16) / flash_backward_model_bytes(s, Dtype::fp16, bwd_registry().find("tuned").plan);
   CHECK(ratio > 2.5);
   CHECK(ratio < 3.5);
 }
@@ -455,19 +455,19 @@ TEST_CASE("causal: key block j meets the query blocks from the one holding its f
 }
 
 TEST_CASE("the variants: names, dtypes, head dimensions; bad input is refused with a message") {
-  CHECK(bwd_variants().size() == 10);
-  CHECK(bwd_variant("wide").plan.kv.Br == 32);
-  CHECK(bwd_variant("split").supports(Dtype::fp16, 128));
-  CHECK_FALSE(bwd_variant("split").supports(Dtype::fp16, 64));
-  CHECK(bwd_variant("standard").standard);
-  CHECK(bwd_variant("standard").supports(Dtype::fp32, 32));
-  CHECK(bwd_variant("tuned").plan.kv.Bc == 128);
-  CHECK(bwd_variant("tuned_deterministic").plan.deterministic);
-  CHECK(bwd_variant("flash_bwd").supports(Dtype::fp32, 32));
-  CHECK(bwd_variant("tc").supports(Dtype::bf16, 128));
-  CHECK_FALSE(bwd_variant("tc").supports(Dtype::fp32, 64));
-  CHECK(bwd_variant("tc_deterministic").plan.deterministic);
-  CHECK_THROWS_AS(bwd_variant("fa3"), course::UsageError);
+  CHECK(bwd_registry().rungs().size() == 10);
+  CHECK(bwd_registry().find("wide").plan.kv.Br == 32);
+  CHECK(bwd_registry().find("split").supports(Dtype::fp16, 128));
+  CHECK_FALSE(bwd_registry().find("split").supports(Dtype::fp16, 64));
+  CHECK(bwd_registry().find("standard").standard);
+  CHECK(bwd_registry().find("standard").supports(Dtype::fp32, 32));
+  CHECK(bwd_registry().find("tuned").plan.kv.Bc == 128);
+  CHECK(bwd_registry().find("tuned_deterministic").plan.deterministic);
+  CHECK(bwd_registry().find("flash_bwd").supports(Dtype::fp32, 32));
+  CHECK(bwd_registry().find("tc").supports(Dtype::bf16, 128));
+  CHECK_FALSE(bwd_registry().find("tc").supports(Dtype::fp32, 64));
+  CHECK(bwd_registry().find("tc_deterministic").plan.deterministic);
+  CHECK_THROWS_AS(bwd_registry().find("fa3"), course::UsageError);
   const Shape s{1, 1, 8, 64, false};
   std::vector<float> x(s.elements(), 1.0f), L(8);
   CHECK_THROWS_AS(flash_backward_counted(s, Dtype::fp16, BackwardPlan{{0, 64}}, x.data(), x.data(), x.data(), x.data(),

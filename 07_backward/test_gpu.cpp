@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../03_safe_softmax/test_util.hpp"  // under_sanitizer
+#include "testing/sanitizer.hpp"
 #include "algorithm.hpp"
 #include "check.hpp"
 #include "counters.hpp"
@@ -46,7 +46,7 @@ void check_run(const BwdVariant& v, const Shape& s, Dtype t, const BackwardInput
 
 // Every dtype and d a variant takes, causal or not, ragged N and N = 1 (fewer sizes under a sanitizer).
 void check_every_shape(const BwdVariant& v) {
-  const bool sanitizer = softmax::testing::under_sanitizer();
+  const bool sanitizer = course::testing::under_sanitizer();
   const std::vector<int> sizes = sanitizer ? std::vector<int>{1, 77, 200} : std::vector<int>{1, 7, 64, 130, 1000};
   for (Dtype t : v.dtypes)
     for (int d : v.ds)
@@ -65,7 +65,7 @@ void check_every_shape(const BwdVariant& v) {
 
 // Large logits (Q times 30), and N = 2049 with many heads (smaller under a sanitizer).
 void check_large_shapes(const BwdVariant& v) {
-  const bool sanitizer = softmax::testing::under_sanitizer();
+  const bool sanitizer = course::testing::under_sanitizer();
   for (Dtype t : v.dtypes) {
     const Shape big{1, sanitizer ? 2 : 6, sanitizer ? 513 : 2049, v.ds.back(), true};
     const Shape loud{1, 2, 700, v.supports(t, 64) ? 64 : v.ds.front(), false};
@@ -87,17 +87,17 @@ void check_large_shapes(const BwdVariant& v) {
 // Standard attention apart: its cuBLAS products make initcheck slow (minutes), so the sanitizer
 // runs can take this case on its own.
 TEST_CASE("every FlashAttention variant matches float64 (dQ, dK, dV), every dtype and d it takes, causal or not, ragged N") {
-  for (const auto& v : bwd_variants())
+  for (const auto& v : bwd_registry().rungs())
     if (!v.standard) check_every_shape(v);
 }
 
 TEST_CASE("every FlashAttention variant: large logits (Q times 30), and N = 2049 with many heads") {
-  for (const auto& v : bwd_variants())
+  for (const auto& v : bwd_registry().rungs())
     if (!v.standard) check_large_shapes(v);
 }
 
 TEST_CASE("standard attention's backward matches float64, every dtype and d it takes, causal or not, ragged N, large logits") {
-  for (const auto& v : bwd_variants())
+  for (const auto& v : bwd_registry().rungs())
     if (v.standard) check_every_shape(v), check_large_shapes(v);
 }
 
@@ -109,7 +109,7 @@ TEST_CASE("standard attention's backward matches float64, every dtype and d it t
 // written past any tensor's end: the gradients match float64 and the garbage is still there.
 TEST_CASE("every FlashAttention variant: query rows past N are masked, with garbage past the buffers' ends") {
   const std::size_t tail = 64 * 128;  // a block's rows at the largest d
-  for (const auto& v : bwd_variants()) {
+  for (const auto& v : bwd_registry().rungs()) {
     if (v.standard) continue;
     for (Dtype t : v.dtypes)
       for (int d : v.ds)
@@ -138,7 +138,7 @@ TEST_CASE("every FlashAttention variant: query rows past N are masked, with garb
 TEST_CASE("the deterministic variants give the same bits twice") {
   for (const std::string name : {"tc_deterministic", "tuned_deterministic", "wide_deterministic", "split_deterministic"}) {
     CAPTURE(name);
-    const auto& v = bwd_variant(name);  // name is a std::string: no reference to a temporary
+    const auto& v = bwd_registry().find(name);  // name is a std::string: no reference to a temporary
     const Shape s{2, 4, 1000, v.supports(Dtype::bf16, 64) ? 64 : 128, true};
     const auto in = make_backward_inputs(s, Dtype::bf16, course::fresh_seed());
     const auto a = run_gpu(v, s, Dtype::bf16, in), b = run_gpu(v, s, Dtype::bf16, in);
@@ -158,7 +158,7 @@ TEST_CASE("the precision of D on the GPU: D from the unrounded O cuts dQ's error
       const std::string dtype = course::name(t);
       CAPTURE(dtype);
       CAPTURE(name);
-      const BwdVariant& v = bwd_variant(name);  // name is a std::string: no reference to a temporary
+      const BwdVariant& v = bwd_registry().find(name);  // name is a std::string: no reference to a temporary
       BackwardInputs in = make_backward_inputs(s, t, course::fresh_seed());
       make_keys_almost_equal(s, t, in.fwd);
       CAPTURE(in.fwd.seed);
@@ -194,7 +194,7 @@ TEST_CASE("bad input: dtypes and head dimensions a kernel does not take, empty s
   CHECK_THROWS_AS(launch_flash_backward_dq(Shape{1, 1, 0, 64, false}, Dtype::bf16, a), course::UsageError);
   CHECK_THROWS_AS(launch_flash_backward_fp32(Shape{1, 1, 4, 48, false}, a), course::UsageError);
   CHECK_THROWS_AS(launch_flash_backward_fp32(Shape{1, 1, 4, 64, false}, no_acc), course::UsageError);
-  CHECK_THROWS_AS(bwd_variant("tc").launch(Shape{1, 1, 4, 64, false}, Dtype::fp16, no_acc), course::UsageError);
+  CHECK_THROWS_AS(bwd_registry().find("tc").launch(Shape{1, 1, 4, 64, false}, Dtype::fp16, no_acc), course::UsageError);
   CHECK_THROWS_AS(launch_standard_backward(Shape{1, 1, 4, 64, false}, Dtype::fp16, a), course::UsageError);  // no P
   BackwardArgs with_p = a;
   with_p.P = with_p.dS = p;
@@ -202,8 +202,8 @@ TEST_CASE("bad input: dtypes and head dimensions a kernel does not take, empty s
 }
 
 TEST_CASE("stage 07 kernels: measured SM<->L2 traffic is the counted traffic") {
-  if (softmax::testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
-  for (const auto& v : bwd_variants())
+  if (course::testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
+  for (const auto& v : bwd_registry().rungs())
     for (auto [N, d, causal] : std::vector<std::array<int, 3>>{{1024, 64, 0}, {1000, 128, 1}, {517, 64, 1}}) {
       const Dtype t = v.dtypes.front();
       if (!v.supports(t, d)) continue;

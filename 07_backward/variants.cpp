@@ -1,7 +1,5 @@
 #include "variants.hpp"
 
-#include <algorithm>
-
 #include "check.hpp"
 
 namespace attention {
@@ -38,32 +36,31 @@ BackwardLaunch deterministic(void (*pass)(const Shape&, Dtype, const BackwardArg
 
 }  // namespace
 
-bool BwdVariant::supports(Dtype t, int d) const {
-  return std::count(dtypes.begin(), dtypes.end(), t) && std::count(ds.begin(), ds.end(), d);
-}
-
-const std::vector<BwdVariant>& bwd_variants() {
+const Registry<BwdVariant>& bwd_registry() {
   static const std::vector<Dtype> half = {Dtype::fp16, Dtype::bf16};
-  static const std::vector<BwdVariant> variants = {
-      {"standard", {Dtype::fp32, Dtype::fp16, Dtype::bf16}, {32, 64, 128}, {}, COURSE_LAUNCH(launch_standard_backward), true},
-      {"flash_bwd", {Dtype::fp32}, {32, 64, 128}, {kFp32Tiles}, COURSE_LAUNCH(atomic(fp32_pass))},
-      {"tc", half, {64, 128}, {kTcTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_tc))},
-      {"tc_deterministic", half, {64, 128}, {kTcTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_tc))},
-      {"tuned", half, {64, 128}, {kTunedTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_tuned))},
-      {"tuned_deterministic", half, {64, 128}, {kTunedTiles, true, kDqTiles},
-       COURSE_LAUNCH(deterministic(launch_flash_backward_tuned))},
-      {"wide", half, {64}, {kWideTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_wide))},
-      {"wide_deterministic", half, {64}, {kWideTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_wide))},
-      {"split", half, {128}, {kTunedTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_split))},
-      {"split_deterministic", half, {128}, {kTunedTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_split))},
-  };
-  return variants;
-}
-
-const BwdVariant& bwd_variant(const std::string& name) {
-  for (const auto& v : bwd_variants())
-    if (v.name == name) return v;
-  throw course::UsageError("stage 07 has no variant '" + name + "'");
+  static const Registry<BwdVariant> registry("07", {
+      {{"standard", {Dtype::fp32, Dtype::fp16, Dtype::bf16}, {32, 64, 128}, "the baseline: standard attention, P kept from its forward"},
+       {}, COURSE_LAUNCH(launch_standard_backward), true},
+      {{"flash_bwd", {Dtype::fp32}, {32, 64, 128}, "FA-2's Algorithm 2 in fp32: recompute P from L, dQ by atomics"},
+       {kFp32Tiles}, COURSE_LAUNCH(atomic(fp32_pass))},
+      {{"tc", half, {64, 128}, "the five products by mma.sync, S and dP transposed so that Pᵀ, dSᵀ stay in registers"},
+       {kTcTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_tc))},
+      {{"tc_deterministic", half, {64, 128}, "tc with dQ in a pass of its own (query-outer): no atomics"},
+       {kTcTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_tc))},
+      {{"tuned", half, {64, 128}, "key blocks of 128, 8 warps"},
+       {kTunedTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_tuned))},
+      {{"tuned_deterministic", half, {64, 128}, "tuned with the deterministic dQ pass"},
+       {kTunedTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_tuned))},
+      {{"wide", half, {64}, "d = 64: 32 keys a warp, query blocks of 32"},
+       {kWideTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_wide))},
+      {{"wide_deterministic", half, {64}, "wide with the deterministic dQ pass"},
+       {kWideTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_wide))},
+      {{"split", half, {128}, "d = 128: FA-2's division of work between warps, P and dS through shared memory"},
+       {kTunedTiles}, COURSE_LAUNCH(atomic(launch_flash_backward_split))},
+      {{"split_deterministic", half, {128}, "split with the deterministic dQ pass"},
+       {kTunedTiles, true, kDqTiles}, COURSE_LAUNCH(deterministic(launch_flash_backward_split))},
+  });
+  return registry;
 }
 
 }  // namespace attention

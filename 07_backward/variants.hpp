@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "algorithm.hpp"
+#include "attention/variants.hpp"
 #include "dtype.hpp"
 #include "kernels.cuh"  // BackwardArgs (a plain struct: no CUDA needed to include it)
 
@@ -15,20 +16,16 @@ namespace attention {
 
 using BackwardLaunch = std::function<void(const Shape&, course::Dtype, const BackwardArgs&)>;
 
-struct BwdVariant {
-  std::string name;
-  std::vector<course::Dtype> dtypes;
-  std::vector<int> ds;  // head dimensions
+struct BwdVariant : VariantInfo {
   BackwardPlan plan;
   BackwardLaunch launch;  // empty in a CPU-only build
   bool standard = false;  // standard attention: P kept from its own forward; `plan` unused
-  bool supports(course::Dtype t, int d) const;
 };
 
-// flash_bwd (fp32, CUDA cores), then on the tensor cores tc (atomic dQ) and tc_deterministic,
-// and tuned (Bc = 128, 8 warps) with its deterministic form; and standard attention's backward
-// (fp16/bf16 through cuBLAS, P kept), the baseline.
-const std::vector<BwdVariant>& bwd_variants();
-const BwdVariant& bwd_variant(const std::string& name);  // throws UsageError for an unknown name
+// Standard attention's backward (fp32 from the course's kernels, fp16/bf16 through cuBLAS, P kept),
+// the baseline; flash_bwd (fp32, CUDA cores); then on the tensor cores tc (atomic dQ) and
+// tc_deterministic, tuned (Bc = 128, 8 warps), wide (d = 64) and split (d = 128), each with its
+// deterministic form. All run by default.
+const Registry<BwdVariant>& bwd_registry();
 
 }  // namespace attention

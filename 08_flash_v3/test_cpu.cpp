@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "../06_flash_v2/algorithm.hpp"
-#include "../06_flash_v2/problem.hpp"
-#include "../06_flash_v2/reference.hpp"
+#include "attention/problem.hpp"
+#include "attention/reference.hpp"
 #include "check.hpp"
 #include "variants.hpp"
 
@@ -22,7 +22,7 @@ TEST_CASE("FA-2 at stage 08's blocks (128 x 128): float64's O and L, and the cou
       for (bool causal : {false, true})
         for (int N : {1, 7, 127, 128, 129, 300}) {
           const Shape s{1, 2, N, d, causal};
-          const Tiles tiles = v3_variant("overlap").tiles(s);
+          const Tiles tiles = v3_registry().find("overlap").tiles(s);
           const auto in = make_inputs(s, t, course::fresh_seed());
           CAPTURE(s.text());
           const std::string dtype = course::name(t);
@@ -43,9 +43,9 @@ TEST_CASE("FA-2 at stage 08's blocks (128 x 128): float64's O and L, and the cou
 TEST_CASE("the ladder: six rungs in the chapter's order, fp16 and bf16, d = 64 and 128, 128 x 128 blocks "
           "(the last rung 192 x 128 at d = 64)") {
   const std::vector<std::string> names = {"wgmma", "tma", "warp_specialized", "pingpong", "overlap", "tuned"};
-  REQUIRE(v3_variants().size() == names.size());
+  REQUIRE(v3_registry().rungs().size() == names.size());
   for (std::size_t k = 0; k < names.size(); ++k) {
-    const auto& v = v3_variants()[k];
+    const auto& v = v3_registry().rungs()[k];
     CHECK(v.name == names[k]);
     CHECK(v.supports(Dtype::fp16, 64));
     CHECK(v.supports(Dtype::bf16, 128));
@@ -60,12 +60,12 @@ TEST_CASE("the ladder: six rungs in the chapter's order, fp16 and bf16, d = 64 a
     }
     CHECK(bool(v.launch) == bool(COURSE_HAS_HOPPER));  // launchers exist exactly in an sm_90a build
   }
-  CHECK(v3_variant("tuned_lazy").name == "tuned_lazy");  // an ablation, found by name
-  CHECK(v3_variant("tuned_br128").tiles(Shape{1, 1, 4096, 64}).Br == 128);  // the ablation with two consumer warpgroups
-  CHECK(v3_variant("tuned_bc160").tiles(Shape{1, 1, 1024, 128}).Bc == 160);  // key blocks of 160, not causal
-  CHECK(v3_variant("tuned_bc160").tiles(Shape{1, 1, 1024, 128, true}).Bc == 128);
-  CHECK_FALSE(v3_variant("tuned_br128").supports(Dtype::fp16, 128));
-  CHECK_THROWS_AS(v3_variant("tuned_fast"), course::UsageError);
+  CHECK(v3_registry().find("tuned_lazy").name == "tuned_lazy");  // an ablation, found by name
+  CHECK(v3_registry().find("tuned_br128").tiles(Shape{1, 1, 4096, 64}).Br == 128);  // the ablation with two consumer warpgroups
+  CHECK(v3_registry().find("tuned_bc160").tiles(Shape{1, 1, 1024, 128}).Bc == 160);  // key blocks of 160, not causal
+  CHECK(v3_registry().find("tuned_bc160").tiles(Shape{1, 1, 1024, 128, true}).Bc == 128);
+  CHECK_FALSE(v3_registry().find("tuned_br128").supports(Dtype::fp16, 128));
+  CHECK_THROWS_AS(v3_registry().find("tuned_fast"), course::UsageError);
 }
 
 TEST_CASE("key blocks of 160 (the ablation tuned_bc160): the count equals the model, O and L hold against float64") {

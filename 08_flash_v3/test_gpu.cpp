@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "../03_safe_softmax/test_util.hpp"  // under_sanitizer
+#include "testing/sanitizer.hpp"
 #include "../06_flash_v2/algorithm.hpp"
-#include "../06_flash_v2/device_run.hpp"
-#include "../06_flash_v2/problem.hpp"
-#include "../06_flash_v2/reference.hpp"
-#include "../06_flash_v2/test_gpu_util.hpp"
+#include "attention/device_run.hpp"
+#include "attention/problem.hpp"
+#include "attention/reference.hpp"
+#include "testing/attention_gpu.hpp"
 #include "check.hpp"
 #include "counters.hpp"
 #include "gpu.hpp"
@@ -51,10 +51,10 @@ Inputs with_outlier_channels(const Shape& s, Dtype t, std::uint64_t seed) {
 // The ladder and the ablations (under compute-sanitizer, which is slow, the ladder and the ablations
 // with a kernel of their own, overlap_no_ws: the tuned_* ones are the last rung's code with other
 // template arguments; but tuned_bc160, whose key blocks of 160 the last rung takes only at larger N).
-std::vector<V2Variant> all_variants() {
-  std::vector<V2Variant> all = v3_variants();
-  for (const auto& v : v3_ablations())
-    if (!softmax::testing::under_sanitizer() || v.name.rfind("tuned", 0) != 0 || v.name == "tuned_bc160")
+std::vector<ForwardVariant> all_variants() {
+  std::vector<ForwardVariant> all = v3_registry().rungs();
+  for (const auto& v : v3_registry().ablations())
+    if (!course::testing::under_sanitizer() || v.name.rfind("tuned", 0) != 0 || v.name == "tuned_bc160")
       all.push_back(v);
   return all;
 }
@@ -62,7 +62,7 @@ std::vector<V2Variant> all_variants() {
 }  // namespace
 
 TEST_CASE("every rung matches float64 (O and L): fp16 and bf16, d = 64 and 128, causal or not, any N") {
-  const bool sanitizer = softmax::testing::under_sanitizer();
+  const bool sanitizer = course::testing::under_sanitizer();
   const std::vector<int> sizes =
       sanitizer ? std::vector<int>{1, 77, 200} : std::vector<int>{1, 7, 64, 127, 128, 129, 192, 193, 300, 1000};
   for (const auto& v : all_variants())
@@ -82,7 +82,7 @@ TEST_CASE("every rung matches float64 (O and L): fp16 and bf16, d = 64 and 128, 
 }
 
 TEST_CASE("large logits (Q times 30), outlier channels in K, and N = 4097 with many heads") {
-  const bool sanitizer = softmax::testing::under_sanitizer();
+  const bool sanitizer = course::testing::under_sanitizer();
   for (const auto& v : all_variants())
     for (Dtype t : v.dtypes)
       for (int d : v.ds) {
@@ -113,8 +113,8 @@ TEST_CASE("large logits (Q times 30), outlier channels in K, and N = 4097 with m
 }
 
 TEST_CASE("key blocks of 160 (tuned_bc160) at larger N: many blocks, tails, large logits") {
-  const bool sanitizer = softmax::testing::under_sanitizer();
-  const V2Variant v = v3_variant("tuned_bc160");
+  const bool sanitizer = course::testing::under_sanitizer();
+  const ForwardVariant v = v3_registry().find("tuned_bc160");
   for (Dtype t : v.dtypes)
     for (int N : sanitizer ? std::vector<int>{2048} : std::vector<int>{2048, 3000, 4100}) {
       const Shape s{1, 3, N, 128, false};
@@ -136,11 +136,11 @@ TEST_CASE("the persistent rungs with few blocks: each block takes many tiles, on
     explicit Cap(int blocks) { fa3_set_grid_cap(blocks); }
     ~Cap() { fa3_set_grid_cap(0); }
   };
-  const bool sanitizer = softmax::testing::under_sanitizer();
+  const bool sanitizer = course::testing::under_sanitizer();
   for (const char* name : {"tuned", "tuned_bc160", "tile_overlap"})
     for (int blocks : {1, 3}) {
       const Cap cap(blocks);
-      const V2Variant v = v3_variant(name);  // a copy: a reference through a temporary name warns (g++ 13)
+      const ForwardVariant v = v3_registry().find(name);  // a copy: a reference through a temporary name warns (g++ 13)
       for (Dtype t : v.dtypes)
         for (int d : v.ds)
           for (bool causal : {false, true})
@@ -167,8 +167,8 @@ TEST_CASE("the LPT order (tuned_lpt): groups of heads that do not divide the hea
     Setting(int blocks, int group) { fa3_set_grid_cap(blocks), fa3_set_lpt_head_group(group); }
     ~Setting() { fa3_set_grid_cap(0), fa3_set_lpt_head_group(0); }
   };
-  const bool sanitizer = softmax::testing::under_sanitizer();
-  const V2Variant v = v3_variant("tuned_lpt");
+  const bool sanitizer = course::testing::under_sanitizer();
+  const ForwardVariant v = v3_registry().find("tuned_lpt");
   for (int group : {3, 2, 0})  // 0: by size, here all 7 heads
     for (int blocks : {1, 3, 0}) {
       const Setting setting(blocks, group);
@@ -189,7 +189,7 @@ TEST_CASE("the LPT order (tuned_lpt): groups of heads that do not divide the hea
 TEST_CASE("bad input: dtypes and head dimensions the rungs do not take, empty shapes") {
   course::DeviceBuffer<float> b(1024);
   float* p = b.get();
-  for (const auto& v : v3_variants()) {
+  for (const auto& v : v3_registry().rungs()) {
     CAPTURE(v.name);
     CHECK_THROWS_AS(v.launch(Shape{1, 1, 4, 64, false}, Dtype::fp32, p, p, p, p, p), course::UsageError);
     CHECK_THROWS_AS(v.launch(Shape{1, 1, 4, 32, false}, Dtype::fp16, p, p, p, p, p), course::UsageError);
@@ -198,8 +198,8 @@ TEST_CASE("bad input: dtypes and head dimensions the rungs do not take, empty sh
 }
 
 TEST_CASE("stage 08 kernels: measured SM<->L2 traffic is the counted traffic (TMA: the boxes it delivers)") {
-  if (softmax::testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
-  for (const auto& v : v3_variants())
+  if (course::testing::under_sanitizer()) return;  // the profiler and the sanitizer exclude each other
+  for (const auto& v : v3_registry().rungs())
     for (auto [N, d, causal] : std::vector<std::array<int, 3>>{{1024, 64, 0}, {1000, 128, 1}, {517, 64, 1}}) {
       const Dtype t = v.dtypes.front();
       const Shape s{2, 2, N, d, causal != 0};
@@ -237,7 +237,7 @@ TEST_CASE("tensor maps: the same arguments give the same map (kept), other buffe
   // The TMA rungs' maps are kept by what the encoding reads (fa3_host.cu), so that timed launches on
   // the same buffers do not encode them again. A launch on buffers freed and allocated again (often
   // at the same address) or of another shape must still be right.
-  const V2Variant tuned = v3_variant("tuned");  // a copy, as above
+  const ForwardVariant tuned = v3_registry().find("tuned");  // a copy, as above
   for (int d : {64, 128})
     for (int N : {1000, 517, 1000}) {
       const Shape s{1, 3, N, d, N == 517};

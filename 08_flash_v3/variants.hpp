@@ -1,22 +1,20 @@
-// The rungs of stage 08, in the order of the chapter: name, dtypes, head dimensions, block sizes (for
-// the model and the CPU count) and launcher. They share stage 06's variant type: the same problem,
-// the same layout, the same launch signature.
+// The rungs of stage 08, in the order of the chapter, and its ablations (common/attention/variants.hpp:
+// name, dtypes, head dimensions, one line, block sizes for the model and the CPU count, launcher).
+// The forward variant of stage 06: the same problem, the same layout, the same launch signature.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "../06_flash_v2/variants.hpp"
+#include "attention/variants.hpp"
 
 namespace attention {
 
-// wgmma, tma, warp_specialized, pingpong, overlap, tuned (fp16 and bf16, d = 64 or 128). Launchers
-// are empty unless the build has the sm_90a kernels (COURSE_HAS_HOPPER).
-const std::vector<V2Variant>& v3_variants();
-// Rung 6 (tuned) with one of its changes undone each, the experiments on it, and rung 5 without warp
-// specialisation (the FA-3 paper's ablation, overlap_no_ws): run only when named with --variants.
-const std::vector<V2Variant>& v3_ablations();
-const V2Variant& v3_variant(const std::string& name);  // either list; UsageError for an unknown name
+// Rungs: wgmma, tma, warp_specialized, pingpong, overlap, tuned (fp16 and bf16, d = 64 or 128).
+// Ablations (run only when named with --variants): rung 6 (tuned) with one of its changes undone
+// each, the experiments on it, and rung 5 without warp specialisation (the FA-3 paper's ablation,
+// overlap_no_ws). Launchers are empty unless the build has the sm_90a kernels (COURSE_HAS_HOPPER).
+const Registry<ForwardVariant>& v3_registry();
 
 // The bytes the copy engine delivers to shared memory for the TMA rungs: whole boxes of Q (Tr·Br
 // rows) and of K and V (every visited key block's Bc rows), the rows past N included. TMA reads

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "../06_flash_v2/problem.hpp"    // Inputs
-#include "../06_flash_v2/reference.hpp"  // sample_rows
+#include "attention/problem.hpp"    // Inputs
+#include "attention/reference.hpp"  // sample_rows
 #include "compare.hpp"
 #include "dtype.hpp"
 #include "fp8.hpp"

@@ -12,8 +12,8 @@
 #include <map>
 #include <memory>
 
-#include "../06_flash_v2/problem.hpp"
-#include "../06_flash_v2/reference.hpp"
+#include "attention/problem.hpp"
+#include "attention/reference.hpp"
 #include "../08_flash_v3/variants.hpp"
 #include "accuracy.hpp"
 #include "bench.hpp"
@@ -26,7 +26,7 @@
 // launchers and setters it declares are defined, and called below, only in a build with sm_90a kernels.
 #include "kernels.cuh"
 #if COURSE_HAS_CUDA
-#include "../06_flash_v2/device_run.hpp"
+#include "attention/device_run.hpp"
 #include "device_buffer.hpp"
 #if COURSE_HAS_HOPPER
 #include "device_fp8.hpp"
@@ -103,7 +103,7 @@ int accuracy(const Shape& s, Dtype t, std::uint64_t seed, double fraction, doubl
     if (gpu) {
       DeviceRun dev(s, t, in);
       dev.poison();
-      v3_variant(kStage08Rung).launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get());
+      v3_registry().find(kStage08Rung).launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get());
       g16 = std::make_unique<Errors>(errors(dev.O_values(t), ref));
     }
 #endif
@@ -378,7 +378,7 @@ int main(int argc, char** argv) {
           if (name.rfind("08_", 0) == 0) {
             row.flops = s.flops();
             const std::string rung = name.substr(3);  // a named argument: GCC 13 warns of a dangling reference
-            const V2Variant& v = v3_variant(rung);   // to a temporary string (the list is static; it is not)
+            const ForwardVariant& v = v3_registry().find(rung);   // to a temporary string (the list is static; it is not)
             const Tiles tiles = v.tiles(s);
             row.shape = s.text() + " Br=" + std::to_string(tiles.Br) + " Bc=" + std::to_string(tiles.Bc);
             row.io_model_bytes = flash_v2_model_bytes(s, t, tiles);

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "../03_safe_softmax/test_util.hpp"  // under_sanitizer
-#include "../06_flash_v2/problem.hpp"
+#include "testing/sanitizer.hpp"
+#include "attention/problem.hpp"
 #include "accuracy.hpp"
 #include "check.hpp"
 #include "device_buffer.hpp"
@@ -108,7 +108,7 @@ void check_ablation() {
 }  // namespace
 
 TEST_CASE("every scheme: the CPU's bytes and scales, and O and L within twice plain FP8's error of float64") {
-  const std::vector<int> Ns = softmax::testing::under_sanitizer() ? std::vector<int>{1, 300}
+  const std::vector<int> Ns = course::testing::under_sanitizer() ? std::vector<int>{1, 300}
                                                                    : std::vector<int>{1, 77, 128, 129, 300, 1000};
   for (Dtype t : {Dtype::fp16, Dtype::bf16})
     for (int d : {64, 128})
@@ -142,7 +142,7 @@ TEST_CASE("large logits (Q times 20), FA-3's outlier inputs, many heads and N = 
       check(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed), scheme,
             seed);
     }
-    if (!softmax::testing::under_sanitizer()) {
+    if (!course::testing::under_sanitizer()) {
       const Shape s{4, 16, 4097, 64, true};
       check(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), scheme, seed);
     }
@@ -204,7 +204,7 @@ TEST_CASE("the experiment fp8_*_lin: P̃ from fp16's bit pattern in the default 
   };
   const std::uint64_t seed = course::fresh_seed();
   CAPTURE(seed);
-  if (softmax::testing::under_sanitizer()) {  // the sanitizers: both d, causal or not, one ragged N, two schemes
+  if (course::testing::under_sanitizer()) {  // the sanitizers: both d, causal or not, one ragged N, two schemes
     for (int d : {64, 128})
       for (bool causal : {false, true}) {
         const Shape s{1, 2, 129, d, causal};
@@ -325,7 +325,7 @@ TEST_CASE("the experiment fp8_*_acc2, _acc3, _lazy3 (O on the tensor cores) keep
     for (int d : {64, 128})
       for (bool causal : {false, true})
         for (int N : {129, 1000}) {
-          if (N == 1000 && softmax::testing::under_sanitizer()) continue;
+          if (N == 1000 && course::testing::under_sanitizer()) continue;
           const Shape s{1, 2, N, d, causal};
           const std::uint64_t seed = course::fresh_seed();
           CAPTURE(s.text());
@@ -361,7 +361,7 @@ TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _turns, _epi,
     CAPTURE(experiment);
     for (bool causal : {false, true})
       for (int N : {1, 129, 300, 1000, 2049}) {
-        if (N > 1000 && softmax::testing::under_sanitizer()) continue;
+        if (N > 1000 && course::testing::under_sanitizer()) continue;
         const Shape s{1, 2, N, 128, causal};
         const std::uint64_t seed = course::fresh_seed();
         CAPTURE(s.text());
@@ -385,7 +385,7 @@ TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _turns, _epi,
     const Poly poly(k);
     CAPTURE(k);
     for (bool causal : {false, true}) {
-      const Shape s{1, 2, softmax::testing::under_sanitizer() ? 300 : 1000, 128, causal};
+      const Shape s{1, 2, course::testing::under_sanitizer() ? 300 : 1000, 128, causal};
       const std::uint64_t seed = course::fresh_seed();
       CAPTURE(s.text());
       CAPTURE(seed);
@@ -411,7 +411,7 @@ TEST_CASE("the wide rung fp8_*_wide and its experiments _wide_opt, _turns, _epi,
 // N64 is not a multiple of 128: N = 300, 700; _wide_qh's and _wide_diag's two halves of Q, each with
 // its own phases, and the producer's slots of each tile's numbers).
 TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one after another") {
-  const bool sanitizer = softmax::testing::under_sanitizer();
+  const bool sanitizer = course::testing::under_sanitizer();
   for (fp8::Wide kernel : {fp8::Wide::optimistic, fp8::Wide::vbar_smem, fp8::Wide::overlap, fp8::Wide::overlap_qhalves,
                            fp8::Wide::overlap_diagonal, fp8::Wide::overlap_q_prefetch,
                            fp8::Wide::overlap_log2, fp8::Wide::overlap_stsm, fp8::Wide::overlap_lin}) {
@@ -472,7 +472,7 @@ TEST_CASE("the wide kernels with few blocks: each block takes many tiles, one af
 // of two over plain FP8 (a CPU model: P̃'s error rms 3.3% against 2.7%); large logits send P̃ below 2^-15 (far below
 // the row's max), which the clamp (FFMA.SAT) must turn into zeros, never into another pattern's byte.
 TEST_CASE("the experiments _wide_mask, _wide_diag, _wide_lg2, _wide_stsm and _wide_lin keep the bound") {
-  const bool sanitizer = softmax::testing::under_sanitizer();
+  const bool sanitizer = course::testing::under_sanitizer();
   for (fp8::Wide kernel : {fp8::Wide::overlap_mask, fp8::Wide::overlap_diagonal, fp8::Wide::overlap_log2,
                            fp8::Wide::overlap_stsm, fp8::Wide::overlap_lin}) {
     const WideBlocks wide(kernel);
@@ -508,7 +508,7 @@ TEST_CASE("the experiments _wide_mask, _wide_diag, _wide_lg2, _wide_stsm and _wi
 // different Q blocks, and a warpgroup that skips the tile's last key block starts on the descales of
 // the one before it; one block taking every tile checks the descales loaded a tile ahead.
 TEST_CASE("the overlap kernels take each tile's, warpgroup's and key block's own descales") {
-  const bool sanitizer = softmax::testing::under_sanitizer();
+  const bool sanitizer = course::testing::under_sanitizer();
   for (fp8::Wide kernel : {fp8::Wide::overlap, fp8::Wide::overlap_mask, fp8::Wide::overlap_decoded,
                            fp8::Wide::overlap_qhalves, fp8::Wide::overlap_diagonal, fp8::Wide::overlap_q_prefetch,
                            fp8::Wide::overlap_log2, fp8::Wide::overlap_stsm, fp8::Wide::overlap_lin}) {
@@ -689,7 +689,7 @@ TEST_CASE("bf16 inputs below 2^-119: the scale from 2^-119, the CPU's bytes, no 
     Lin() { fp8::set_lin_p(true); }
     ~Lin() { fp8::set_lin_p(false); }
   };
-  const bool sanitizer = softmax::testing::under_sanitizer();
+  const bool sanitizer = course::testing::under_sanitizer();
   for (int d : {64, 128})
     for (int N : sanitizer ? std::vector<int>{300} : std::vector<int>{300, 4096})
       for (bool causal : {false, true}) {

@@ -19,8 +19,8 @@
 #include <memory>
 #include <optional>
 
-#include "../06_flash_v2/problem.hpp"
-#include "../06_flash_v2/reference.hpp"
+#include "attention/problem.hpp"
+#include "attention/reference.hpp"
 #include "../07_backward/problem.hpp"
 #include "../07_backward/reference.hpp"
 #include "../08_flash_v3/variants.hpp"
@@ -29,10 +29,12 @@
 #include "counters.hpp"
 #include "dtype.hpp"
 #include "gpu.hpp"
+#include "attention/problem_options.hpp"
 #include "options.hpp"
 #include "ring.hpp"
+#include "variants.hpp"
 #if COURSE_HAS_HOPPER
-#include "../06_flash_v2/device_run.hpp"
+#include "attention/device_run.hpp"
 #include "../07_backward/kernels.cuh"
 #include "engine.hpp"
 #include "timer.hpp"
@@ -45,20 +47,6 @@ namespace {
 
 // Stage 08's last rung, named: GCC 13 warns of a dangling reference when v3_variant gets a temporary.
 const std::string kTuned = "tuned";
-
-std::string why_no_hopper() {
-  if (!COURSE_HAS_HOPPER) return "this build has no sm_90a kernels (they need nvcc 12 or newer)";
-  const auto& g = course::gpu();
-  if (!g.available) return g.why_not;
-  if (g.cc_major != 9 || g.cc_minor != 0)
-    return "stage 10 runs stage 08's kernel, which needs a Hopper GPU (sm_90); this is " + g.name;
-  return "";
-}
-
-struct Layout {
-  std::string name;  // "ring" or "zigzag"
-  bool zigzag;
-};
 
 #if COURSE_HAS_HOPPER
 // Each rank's timeline, the median of `reps` more calls of `call` (no L2 flush between them), as a
@@ -114,28 +102,22 @@ std::string timelines(ring::Engine& engine, const std::function<void()>& call, c
 int main(int argc, char** argv) {
   CLI::App app{"10_ring_attention: one sequence across GPUs, K/V round a ring over NCCL, merged by ⊕"};
   course::CommonOptions options;
-  Shape base;
-  base.B = 1;
-  base.H = 4;
-  base.d = 128;
-  std::vector<int> seq = {4096};
-  std::vector<std::string> dtype_names = {"fp16"};
+  ProblemOptions problem;
+  problem.base.B = 1;
+  problem.base.H = 4;
+  problem.base.d = 128;
+  problem.seq = {4096};
   std::vector<std::string> layout_names = {"ring", "zigzag"};
   int gpus = 0, virtual_ranks = 4;
   double timeout = 60.0;
   course::add_common_options(app, options);
-  app.add_option("--batch", base.B, "Batch size B")->check(course::whole_number(1))->capture_default_str();
-  app.add_option("--heads", base.H, "Heads H")->check(course::whole_number(1))->capture_default_str();
-  app.add_option("--seq", seq, "Sequence lengths N (the whole sequence), comma-separated")
-      ->delimiter(',')
-      ->check(course::whole_number(1))
-      ->capture_default_str();
-  app.add_option("--d", base.d, "Head dimension d (64 or 128)")->check(CLI::IsMember({64, 128}))->capture_default_str();
-  app.add_flag("--causal", base.causal, "Causal mask: query i sees keys j <= i");
-  app.add_option("--dtype", dtype_names, "Q, K, V and O's type, comma-separated (fp16, bf16)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"fp16", "bf16"}))
-      ->capture_default_str();
+  ProblemChoices choices;
+  choices.default_dtypes = {"fp16"};
+  choices.tokens = choices.q_scale = choices.count_limit = false;
+  choices.seq_help = "Sequence lengths N (the whole sequence), comma-separated";
+  choices.dtype_help = "Q, K, V and O's type, comma-separated (fp16, bf16)";
+  add_problem_options(app, problem, choices);
+  app.footer(ring_registry().help());
   app.add_option("--layouts", layout_names, "ring (a chunk a rank), zigzag (chunks r and 2G-1-r)")
       ->delimiter(',')
       ->check(CLI::IsMember({"ring", "zigzag"}))
@@ -151,22 +133,21 @@ int main(int argc, char** argv) {
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program("10_ring_attention", [&]() -> int {
-    std::vector<Layout> layouts;
-    for (const auto& n : layout_names) layouts.push_back({n, n == "zigzag"});
-    std::vector<std::string> variants = {"single", "single_fb"};
-    for (const Layout& l : layouts)
-      for (const char* suffix : {"", "_compute", "_transfers", "_peer", "_copies", "_fb", "_fb_copies"})
-        variants.push_back(l.name + suffix);
-    course::finish_common_options(options, variants);
+    // By default: single, single_fb and the rows of the layouts --layouts names.
+    std::vector<std::string> variants;
+    for (const RingVariant& v : ring_registry().rungs())
+      if (v.single || std::count(layout_names.begin(), layout_names.end(), v.layout())) variants.push_back(v.name);
+    course::finish_common_options(options, ring_registry().names());
     // The hardware counters would read GPU 0 alone, over replays of a launch that drives every GPU:
     // the ring's IO here is the bytes it sends, in the model and counted.
     course::disable_counters("stage 10 drives several GPUs in one launch; the counters would read GPU 0 alone");
-    require_supported(base);
-    std::vector<Dtype> dtypes;
-    for (const auto& name : dtype_names) dtypes.push_back(course::parse_dtype(name));
+    const std::vector<Shape> shapes = problem.shapes();
+    const std::vector<Dtype> dtypes = problem.dtypes();
     course::Bench bench("10_ring_attention", options);
     if (bench.use_gpu())
-      if (const std::string why = why_no_hopper(); !why.empty()) bench.disable_gpu(why);
+      if (const std::string why = course::why_not_hopper(COURSE_HAS_HOPPER, "stage 10 runs stage 08's kernel, which would");
+          !why.empty())
+        bench.disable_gpu(why);
     int G = gpus;
     std::vector<std::string> notes;
     [[maybe_unused]] bool nccl_runs = false;
@@ -190,53 +171,46 @@ int main(int argc, char** argv) {
 #endif
     const std::vector<std::string> runs = options.variants.empty() ? variants : options.variants;
     std::vector<std::string> summary;
-    for (int N : seq)
+    for (const Shape& s : shapes)
       for (Dtype t : dtypes) {
-        Shape s = base;
-        s.N = N;
-        require_supported(s);
+        const int N = s.N;
         course::require(s.d == 64 || s.d == 128, "stage 10 runs d = 64 or 128, not d = " + std::to_string(s.d));
-        const std::string problem = s.text() + " " + course::name(t);
-        bench.progress(problem, "inputs and the float64 reference");
+        const std::string problem_text = s.text() + " " + course::name(t);
+        bench.progress(problem_text, "inputs and the float64 reference");
         const BackwardInputs bin = make_backward_inputs(s, t, options.seed);
         const Inputs& in = bin.fwd;
         std::optional<Reference> ref;
-        auto reference = [&]() -> const Reference& {
+        [[maybe_unused]] auto reference = [&]() -> const Reference& {
           if (!ref) ref.emplace(s, t, in.Q.data(), in.K.data(), in.V.data());
           return *ref;
         };
         // The gradients' float64 reference costs O(N²·d) a head on the CPU: one head, up to N = 8192.
-        const bool check_gradients = double(N) * N * s.d <= 8192.0 * 8192 * 128;
+        [[maybe_unused]] const bool check_gradients = double(N) * N * s.d <= 8192.0 * 8192 * 128;
         // One per way of rounding dK, dV: the ring's layouts round each query chunk's share apart
         // (BackwardReference's partial groups, the split's chunk starts); the single GPU once.
         std::map<std::vector<int>, BackwardReference> brefs;
-        auto gradients_ok = [&](const std::vector<int>& groups, const std::vector<std::uint16_t>& dQ,
+        [[maybe_unused]] auto gradients_ok = [&](const std::vector<int>& groups, const std::vector<std::uint16_t>& dQ,
                                 const std::vector<std::uint16_t>& dK, const std::vector<std::uint16_t>& dV) {
           auto it = brefs.find(groups);
           if (it == brefs.end()) {
-            bench.progress(problem, "the gradients' float64 reference (one head)");
+            bench.progress(problem_text, "the gradients' float64 reference (one head)");
             it = brefs.try_emplace(groups, s, t, in.Q.data(), in.K.data(), in.V.data(), bin.dO.data(), 1, groups).first;
           }
-          bench.progress(problem, "the gradients against the reference");
+          bench.progress(problem_text, "the gradients against the reference");
           const auto q = course::to_floats(t, dQ), k = course::to_floats(t, dK), v = course::to_floats(t, dV);
           return it->second.check_all(q.data(), k.data(), v.data());
         };
         std::optional<double> single_ms, single_fb_ms;
         for (const std::string& name : runs) {
-          const bool is_single = name.rfind("single", 0) == 0;
-          const Layout layout = is_single ? Layout{"single", false}
-                                          : *std::find_if(layouts.begin(), layouts.end(), [&](const Layout& l) {
-                                              return name.rfind(l.name, 0) == 0;
-                                            });
-          const std::string suffix = name.substr(layout.name.size());
-          const bool fb = suffix.rfind("_fb", 0) == 0;  // forward + backward
-          const bool copies = suffix == "_copies" || suffix == "_fb_copies";
+          const RingVariant& v = ring_registry().find(name);
+          const bool is_single = v.single, fb = v.fb;
+          const bool copies = !is_single && v.transport == ring::Transport::copies;
           const int ranks = is_single ? 1 : copies ? virtual_ranks : G;
-          const ring::Split split(N, ranks, layout.zigzag);  // throws when N does not split
+          const ring::Split split(N, ranks, v.zigzag);  // throws when N does not split
           course::Row row = bench.row(name, s.text() + (is_single ? "" : " " + split.text()));
           row.dtype = course::name(t);
           row.size = N;
-          if (suffix != "_transfers") row.flops = (fb ? 3.5 : 1.0) * s.flops();  // backward: 2.5 x forward
+          if (v.part != ring::Part::transfers) row.flops = (fb ? 3.5 : 1.0) * s.flops();  // backward: 2.5 x forward
           if (!is_single) {
             row.io_model_bytes = double(ring::forward_bytes_sent(split, s, t) +
                                         (fb ? ring::backward_bytes_sent(split, s, t) : 0));  // a rank's sends
@@ -246,7 +220,7 @@ int main(int argc, char** argv) {
             }
           }
 #if COURSE_HAS_HOPPER
-          const bool runs_here = bench.use_gpu() && (is_single || copies || (suffix == "_peer" ? have >= G : nccl_runs));
+          const bool runs_here = bench.use_gpu() && (is_single || copies || (v.transport == ring::Transport::peer ? have >= G : nccl_runs));
           if (runs_here && is_single && fb) {
             // Stage 08's forward and stage 07's fastest backward (split at d = 128, wide at 64) on one GPU.
             DeviceRun dev(s, t, in);
@@ -255,12 +229,12 @@ int main(int argc, char** argv) {
             BackwardArgs a{};
             a.Q = dev.q(), a.K = dev.k(), a.V = dev.v(), a.O = dev.o(), a.dO = dO.get(), a.L = dev.L.get();
             a.D = D.get(), a.dQacc = dQacc.get(), a.dQ = dQ.get(), a.dK = dK.get(), a.dV = dV.get();
-            const V2Variant& v = v3_variant(kTuned);
+            const ForwardVariant& tuned = v3_registry().find(kTuned);
             dQ.poison(), dK.poison(), dV.poison();
             std::function<course::Comparison()> check;
             if (check_gradients) check = [&] { return gradients_ok({}, dQ.download(), dK.download(), dV.download()); };
             bench.measure_gpu(row, [&] {
-              v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get());
+              tuned.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get());
               launch_backward_preprocess(s, t, a);
               if (s.d == 128) launch_flash_backward_split(s, t, a);
               else launch_flash_backward_wide(s, t, a);
@@ -270,8 +244,8 @@ int main(int argc, char** argv) {
           } else if (runs_here && is_single) {
             DeviceRun dev(s, t, in);
             dev.poison();
-            const V2Variant& v = v3_variant(kTuned);
-            bench.measure_gpu(row, [&] { v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get()); }, [&] {
+            const ForwardVariant& tuned = v3_registry().find(kTuned);
+            bench.measure_gpu(row, [&] { tuned.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get()); }, [&] {
               const auto O = dev.O_values(t);
               auto c = reference().check_O(O.data());
               const auto L = reference().check_L(dev.L.download().data());
@@ -280,12 +254,8 @@ int main(int argc, char** argv) {
             });
             single_ms = row.ms;
           } else if (runs_here) {
-            const ring::Transport transport = copies ? ring::Transport::copies
-                                              : suffix == "_peer"   ? ring::Transport::peer
-                                                                    : ring::Transport::nccl;
-            const ring::Part part = suffix == "_compute"     ? ring::Part::compute
-                                    : suffix == "_transfers" ? ring::Part::transfers
-                                                             : ring::Part::all;
+            const ring::Transport transport = v.transport;
+            const ring::Part part = v.part;
             ring::Engine engine(split, s, t, transport);
             engine.upload(in.Qh.data(), in.Kh.data(), in.Vh.data());
             engine.poison();
@@ -295,7 +265,7 @@ int main(int argc, char** argv) {
               if (check_gradients)
                 check = [&] {
                   engine.wait(timeout);
-                  bench.progress(problem, name + ": the ring finished; gradients gathered");
+                  bench.progress(problem_text, name + ": the ring finished; gradients gathered");
                   std::vector<std::uint16_t> dQ(s.elements()), dK(s.elements()), dV(s.elements());
                   engine.download_gradients(dQ.data(), dK.data(), dV.data());
                   return gradients_ok(split.starts(), dQ, dK, dV);
@@ -308,7 +278,7 @@ int main(int argc, char** argv) {
               bench.measure_gpu(row, [&] { engine.forward(), engine.backward(); }, check);
               if (row.ms && !copies) {
                 char text[200];
-                std::snprintf(text, sizeof text, "%s %s %s: forward + backward %.3f ms", problem.c_str(), name.c_str(),
+                std::snprintf(text, sizeof text, "%s %s %s: forward + backward %.3f ms", problem_text.c_str(), name.c_str(),
                               split.text().c_str(), *row.ms);
                 std::string line = text;
                 if (single_fb_ms) {
@@ -318,7 +288,7 @@ int main(int argc, char** argv) {
                 summary.push_back(line);
                 // The backward's own timeline: its K/V passes, and the running dK, dV's passes.
                 summary.push_back(timelines(engine, [&] { engine.forward(), engine.backward(); },
-                                            problem + " " + name + " " + split.text() + " backward", split, s, t,
+                                            problem_text + " " + name + " " + split.text() + " backward", split, s, t,
                                             std::nullopt, std::nullopt, options.reps));
               }
               bench.add(row);
@@ -343,7 +313,7 @@ int main(int argc, char** argv) {
                 };
             bench.measure_gpu(row, [&] { engine.forward(part); }, check);
             if (part == ring::Part::all && transport != ring::Transport::copies)
-              summary.push_back(timelines(engine, [&] { engine.forward(); }, problem + " " + name + " " + split.text(),
+              summary.push_back(timelines(engine, [&] { engine.forward(); }, problem_text + " " + name + " " + split.text(),
                                           split, s, t, single_ms, row.ms, options.reps));
           }
 #endif

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <set>
 
-#include "../06_flash_v2/problem.hpp"
-#include "../06_flash_v2/reference.hpp"
+#include "attention/problem.hpp"
+#include "attention/reference.hpp"
 #include "../07_backward/problem.hpp"
 #include "../07_backward/reference.hpp"
 #include "check.hpp"

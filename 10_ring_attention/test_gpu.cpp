@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "../03_safe_softmax/test_util.hpp"  // under_sanitizer
-#include "../06_flash_v2/problem.hpp"
-#include "../06_flash_v2/reference.hpp"
+#include "testing/sanitizer.hpp"
+#include "attention/problem.hpp"
+#include "attention/reference.hpp"
 #include "../07_backward/kernels.cuh"
 #include "../07_backward/problem.hpp"
 #include "../07_backward/reference.hpp"
@@ -136,7 +136,7 @@ TEST_CASE("the ring on one GPU (copies): O and L against float64, every layout, 
   struct Case {
     int B, H, N, d, G;
   };
-  const bool quick = softmax::testing::under_sanitizer();
+  const bool quick = course::testing::under_sanitizer();
   const std::vector<Case> cases = quick ? std::vector<Case>{{1, 2, 301, 64, 3}}
                                         : std::vector<Case>{{1, 2, 1, 64, 1},    {1, 2, 97, 64, 3},   {2, 2, 1000, 128, 4},
                                                             {1, 4, 4097, 128, 2}, {1, 2, 777, 64, 4}, {1, 1, 8, 128, 4}};
@@ -237,7 +237,7 @@ TEST_CASE("the ring's backward on one GPU (copies): dQ, dK, dV against float64, 
   struct Case {
     int B, H, N, d, G;
   };
-  const bool quick = softmax::testing::under_sanitizer();
+  const bool quick = course::testing::under_sanitizer();
   const std::vector<Case> cases = quick ? std::vector<Case>{{1, 2, 301, 64, 3}}
                                         : std::vector<Case>{{1, 2, 1, 64, 1}, {1, 2, 97, 64, 3}, {1, 2, 1000, 128, 4},
                                                             {1, 2, 2049, 128, 2}, {1, 1, 8, 128, 4}};

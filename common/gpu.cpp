@@ -69,6 +69,16 @@ const GpuInfo& gpu() {
 
 std::string device_label() { return gpu().available ? gpu().name : std::string("cpu"); }
 
+std::string why_not_hopper(bool built, const std::string& what) {
+  if (!built) return "this build has no sm_90a kernels (they need nvcc 12 or newer)";
+  const GpuInfo& g = gpu();
+  if (!g.available) return g.why_not;
+  if (g.cc_major != 9 || g.cc_minor != 0)
+    return what + " need a Hopper GPU (sm_90: H100, H200, GH200); this is " + g.name + " (sm_" +
+           std::to_string(g.cc_major) + std::to_string(g.cc_minor) + ")";
+  return "";
+}
+
 }  // namespace course
 
 #include <fstream>

@@ -23,6 +23,10 @@ const GpuInfo& gpu();
 // The value of the CSV `device` column: the GPU's name, or "cpu".
 std::string device_label();
 
+// Why `what` (kernels built for sm_90a alone when `built`) cannot run here, or "" when it can: no
+// sm_90a kernels in this build, no usable GPU (GpuInfo::why_not), or a GPU that is not a Hopper.
+std::string why_not_hopper(bool built, const std::string& what);
+
 #if COURSE_HAS_CUDA
 // GpuInfo::why_not when cudaGetDeviceCount fails or finds no device: `status` is its cudaError_t,
 // the versions are those of cudaDriverGetVersion (0: no driver) and cudaRuntimeGetVersion. No GPU

@@ -1,7 +1,7 @@
 // A tensor of fp32, fp16 or bf16 values in the counting view of global memory (io_count.hpp), as
-// the CPU versions of stages 06 and 07 read and write it: the values stored in the dtype (floats,
-// or the 16-bit values' bits), each request counted in sectors of the stored bytes, the values
-// handed to the algorithm as floats.
+// the CPU versions of stages 06 and 07 (and the stages after them) read and write it: the values
+// stored in the dtype (floats, or the 16-bit values' bits), each request counted in sectors of the
+// stored bytes, the values handed to the algorithm as floats.
 #pragma once
 
 #include <cstddef>

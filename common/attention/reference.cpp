@@ -1,4 +1,4 @@
-#include "reference.hpp"
+#include "attention/reference.hpp"
 
 #include <Eigen/Dense>
 
@@ -99,6 +99,14 @@ course::Comparison Reference::check_L(const float* L) const {
   std::vector<float> out(where_L_.size());
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = L[where_L_[i]];
   return course::compare(out.data(), L_.data(), L_.size(), tol_L_, s_.N, &where_L_);
+}
+
+course::Comparison with_L(course::Comparison O, const course::Comparison& L) {
+  if (!L.ok()) {
+    O.bad += L.bad + (L.checked ? 0 : 1);
+    O.first_mismatches += "  L: " + L.summary() + "\n" + L.first_mismatches;
+  }
+  return O;
 }
 
 }  // namespace attention

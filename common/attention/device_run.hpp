@@ -1,15 +1,15 @@
-// The device buffers of one run of stage 06 (CUDA builds only), allocated per run so that a
-// run's peak device memory is its own: Q, K, V and O in the run's dtype, L, and flash_v1's m.
+// The device buffers of one forward run (CUDA builds only), allocated per run so that a run's peak
+// device memory is its own: Q, K, V and O in the run's dtype, L, and (stage 05's flash_v1) m.
 #pragma once
 #if COURSE_HAS_CUDA
 
 #include <cstdint>
 #include <vector>
 
-#include "algorithm.hpp"
+#include "attention/problem.hpp"
+#include "attention/shape.hpp"
 #include "device_buffer.hpp"
 #include "dtype.hpp"
-#include "problem.hpp"
 
 namespace attention {
 

@@ -1,7 +1,7 @@
-// The inputs of one problem as stage 06's program and tests make them: Q, K, V uniform in [lo, hi)
-// (the course's default [-1, 2): mean 0.5, both signs), Q multiplied by q_scale (10-30 gives
-// logits whose exp overflows a float), all rounded to the dtype; for 16-bit dtypes also the bits
-// that go to the GPU.
+// The inputs of one attention problem as the programs and tests of stages 06 onward make them: Q,
+// K, V uniform in [lo, hi) (the course's default [-1, 2): mean 0.5, both signs), Q multiplied by
+// q_scale (10-30 gives logits whose exp overflows a float), all rounded to the dtype; for 16-bit
+// dtypes also the bits that go to the GPU.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <future>
 #include <vector>
 
-#include "algorithm.hpp"
+#include "attention/shape.hpp"
 #include "dtype.hpp"
 #include "inputs.hpp"
 

@@ -1,22 +1,22 @@
-// The float64 reference of stage 06 (Eigen): O and the logsumexp L of sampled rows, on the inputs
-// as they are stored (already rounded to the dtype), and the tolerance each dtype is held to.
+// The float64 reference of the tiled attention stages (06 onward; Eigen): O and the logsumexp L of
+// sampled rows, on the inputs as they are stored (already rounded to the dtype), and the tolerance
+// each dtype is held to.
 //
 // Tolerance. fp32: stage 05's (the sums' rounding plus 8 ulps of the largest score, per element).
 // fp16 and bf16: FlashAttention-2's own rule. Attention computed plainly in the dtype, as a
 // framework's unfused path does it (S = Q·Kᵀ·scale rounded to the dtype, P = softmax(S) in float
 // rounded to the dtype, O = P·V with float sums rounded to the dtype), has some error against the
-// float64 reference; a kernel passes when its error is at most twice that (FA-2's tests compare
-// max |out − ref| with 2 × max |plain − ref|). We measure both errors the course's way (relative
-// to max(|ref|, rms ref)), and the bound never drops below the dtype's unit roundoff (2⁻¹¹ for
-// fp16, 2⁻⁸ for bf16): a kernel is always allowed the rounding of its own output. L, which the
-// kernels keep in float, is held to the same rule with the plain L = m + log Σ exp(S − m) of the
-// rounded S.
+// float64 reference; a kernel passes when its error is at most twice that (FA-2's tests compare max
+// |out − ref| with 2 × max |plain − ref|). We measure both errors the course's way (relative to
+// max(|ref|, rms ref)), and the bound never drops below the dtype's unit roundoff (2⁻¹¹ for fp16,
+// 2⁻⁸ for bf16): a kernel is always allowed the rounding of its own output. L, which the kernels
+// keep in float, is held to the same rule with the plain L = m + log Σ exp(S − m) of the rounded S.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
-#include "algorithm.hpp"
+#include "attention/shape.hpp"
 #include "compare.hpp"
 #include "dtype.hpp"
 
@@ -52,5 +52,8 @@ class Reference {
   std::vector<std::size_t> where_O_, where_L_;
   double tol_O_ = 0, tol_L_ = 0, plain_O_ = 0, plain_L_ = 0;
 };
+
+// O's comparison and L's in one: O's, failing (with L's mismatches added) if L fails.
+course::Comparison with_L(course::Comparison O, const course::Comparison& L);
 
 }  // namespace attention

@@ -1,4 +1,4 @@
-// What the GPU tests of stages 06 and 08 share (doctest): run a forward variant on poisoned outputs
+// What the GPU tests of the forward stages share (doctest): run a forward variant on poisoned outputs
 // and compare O and L with the float64 reference by stage 06's rule.
 #pragma once
 
@@ -6,10 +6,10 @@
 
 #include <vector>
 
-#include "device_run.hpp"
-#include "problem.hpp"
-#include "reference.hpp"
-#include "variants.hpp"
+#include "attention/device_run.hpp"
+#include "attention/problem.hpp"
+#include "attention/reference.hpp"
+#include "attention/variants.hpp"
 
 namespace attention::testing {
 
@@ -17,7 +17,7 @@ struct Result {
   std::vector<float> O, L;
 };
 
-inline Result run_gpu(const V2Variant& v, const Shape& s, course::Dtype t, const Inputs& in) {
+inline Result run_gpu(const ForwardVariant& v, const Shape& s, course::Dtype t, const Inputs& in) {
   DeviceRun dev(s, t, in);
   dev.poison();  // an element nobody writes fails the comparison
   v.launch(s, t, dev.q(), dev.k(), dev.v(), dev.o(), dev.L.get());
