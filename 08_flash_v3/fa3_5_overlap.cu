@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(384, 1)
                       const __grid_constant__ CUtensorMap mapV, Params p) {
   constexpr int NT = kBc / 8, DT = D / 8;
   extern __shared__ uint8_t smem_raw[];
-  const Pipeline<D, kStages> pipe{align1024(smem_raw)};
+  const Pipeline<D, kStages> pipe{{}, align1024(smem_raw)};
   const int warp = threadIdx.x / 32, wg = warp / 4;
   const int i = query_block(p.causal), row0 = i * kBr;
   const int h = blockIdx.y;

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
                    int heads, int* next_tile, int group) {
   constexpr int NT = Bc / 8, DT = D / 8, Br = 64 * kWG;
   extern __shared__ uint8_t smem_raw[];
-  const Pipeline<D, kStages, true, 1, Br, Bc> pipe{align1024(smem_raw)};
+  const Pipeline<D, kStages, true, 1, Br, Bc> pipe{{}, align1024(smem_raw)};
   // The warp's number and (below) the tile's, broadcast from lane 0: ptxas then knows them equal in
   // every lane and keeps what is computed from them (rows, block counts, descriptors) in the warp's
   // uniform registers. Without that the consumers need more than the 160 registers they have at

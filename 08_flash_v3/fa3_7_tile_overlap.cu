@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(384, 1)
                           const __grid_constant__ CUtensorMap mapV, Params p, int heads, int* next_tile) {
   constexpr int NT = kBc / 8, DT = D / 8;
   extern __shared__ uint8_t smem_raw[];
-  const Pipeline<D, kStages, true, 2> pipe{align1024(smem_raw)};
+  const Pipeline<D, kStages, true, 2> pipe{{}, align1024(smem_raw)};
   // The warp's number and the tile numbers, broadcast from lane 0 (__shfl_sync), so that ptxas knows
   // they are the same in every lane of the warp and keeps the K descriptors in uniform registers.
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), wg = warp / 4;

@@ -83,7 +83,7 @@ __device__ inline uint16_t* staging(uint16_t* Qs, int wg, int wi) {
   else return Qs + (wi / 2) * kBr * 64 + (64 * wg + 32 * (wi % 2)) * 64;
 }
 
-// --- the producer/consumer pipeline of rungs 3-5 -------------------------------------------------------
+// --- the producer/consumer pipeline of rungs 3-7 (and stage 09's) -----------------------------------
 // A ring of kStages slots, each a K tile and a V tile. K and V have barriers of their own, so that a
 // consumer can start S = Q·K_jᵀ before V_j has landed, and give K_j's slot back as soon as S is
 // computed, while V_j is still needed for P̃·V_j (rungs 4 and 5 use V_j a whole step after K_j):
@@ -94,10 +94,44 @@ __device__ inline uint16_t* staging(uint16_t* Qs, int wg, int wi) {
 // Load number `it` (key block j = blocks − 1 − it) uses slot it % kStages, in that slot's phase
 // (it / kStages) & 1. The producer waits for a slot's previous use to be released; for the first
 // round it asks for the parity of the phase before the barrier's first, which returns at once.
+// KeyValueRing is that protocol on 4·kStages of a pipeline's barriers, from its barrier kFirst on
+// (after its Q's): Pipeline derives from KeyValueRing<Pipeline, ...> and gives it bar(k).
+template <class Pipe, int kStages, int kFirst>
+struct KeyValueRing {
+  __device__ const Pipe& pipe() const { return static_cast<const Pipe&>(*this); }
+  __device__ uint64_t* k_full(int it) const { return pipe().bar(kFirst + it % kStages); }
+  __device__ uint64_t* v_full(int it) const { return pipe().bar(kFirst + kStages + it % kStages); }
+  __device__ uint64_t* k_empty(int it) const { return pipe().bar(kFirst + 2 * kStages + it % kStages); }
+  __device__ uint64_t* v_empty(int it) const { return pipe().bar(kFirst + 3 * kStages + it % kStages); }
+  __device__ static int phase(int it) { return (it / kStages) & 1; }
+  // One thread, before a __syncthreads (and fence_barrier_init).
+  __device__ void init_ring(int consumer_warps) const {
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbarrier_init(k_full(s), 1);
+      hopper::mbarrier_init(v_full(s), 1);
+      hopper::mbarrier_init(k_empty(s), consumer_warps);
+      hopper::mbarrier_init(v_empty(s), consumer_warps);
+    }
+  }
+  // The consumers' side: wait for a tile; give it back (one arrival a warp, from lane 0, after the
+  // warp's wgmma's that read it have completed).
+  __device__ void wait_k(int it) const { hopper::mbarrier_wait(k_full(it), phase(it)); }
+  __device__ void wait_v(int it) const { hopper::mbarrier_wait(v_full(it), phase(it)); }
+  __device__ void release_k(int it) const {
+    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(k_empty(it));
+  }
+  __device__ void release_v(int it) const {
+    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(v_empty(it));
+  }
+};
+
+// Stage 08's pipeline: the K/V ring after Q's barriers (two a Q slot), in the layout of Smem.
 template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1, int Br = kBr, int Bc = kBc>
-struct Pipeline {
+struct Pipeline : KeyValueRing<Pipeline<D, kStages, kOwnStaging, kQSlots, Br, Bc>, kStages, 2 * kQSlots> {
   using L = Smem<D, kStages, kOwnStaging, kQSlots, Br, Bc>;
-  uint16_t* smem;  // 1024-byte aligned
+  using Ring = KeyValueRing<Pipeline, kStages, 2 * kQSlots>;
+  using Ring::k_empty, Ring::k_full, Ring::phase, Ring::v_empty, Ring::v_full;
+  uint16_t* smem;  // 1024-byte aligned (an aggregate: Pipeline<...>{{}, base})
   // Tile n's Q (rungs 6 and 7 number the tiles a block takes; the others have tile 0 only).
   __device__ uint16_t* Q(int n = 0) const { return smem + L::kQ + (n % kQSlots) * Br * D; }
   __device__ uint16_t* K(int it) const { return smem + L::kKV + (it % kStages) * L::kSlot; }
@@ -106,11 +140,6 @@ struct Pipeline {
   __device__ uint64_t* bar(int k) const { return reinterpret_cast<uint64_t*>(smem + L::kHalves) + k; }
   __device__ uint64_t* q_full(int n = 0) const { return bar(2 * (n % kQSlots)); }
   __device__ uint64_t* q_empty(int n = 0) const { return bar(2 * (n % kQSlots) + 1); }  // the tile's last S is done
-  __device__ uint64_t* k_full(int it) const { return bar(2 * kQSlots + it % kStages); }
-  __device__ uint64_t* v_full(int it) const { return bar(2 * kQSlots + kStages + it % kStages); }
-  __device__ uint64_t* k_empty(int it) const { return bar(2 * kQSlots + 2 * kStages + it % kStages); }
-  __device__ uint64_t* v_empty(int it) const { return bar(2 * kQSlots + 3 * kStages + it % kStages); }
-  __device__ static int phase(int it) { return (it / kStages) & 1; }
   __device__ static int q_phase(int n) { return (n / kQSlots) & 1; }
   // Rung 6 and tile_overlap: the tile the producer loads as its n-th, for the consumers (−1: no
   // more), in slot n % 2. The producer writes slot n % 2 again for tile n + 2 only after tile n's Q
@@ -136,12 +165,7 @@ struct Pipeline {
       hopper::mbarrier_init(q_full(n), 1);
       hopper::mbarrier_init(q_empty(n), 32 * consumer_warps);  // every consumer thread (tile_number)
     }
-    for (int s = 0; s < kStages; ++s) {
-      hopper::mbarrier_init(k_full(s), 1);
-      hopper::mbarrier_init(v_full(s), 1);
-      hopper::mbarrier_init(k_empty(s), consumer_warps);
-      hopper::mbarrier_init(v_empty(s), consumer_warps);
-    }
+    Ring::init_ring(consumer_warps);
     hopper::fence_barrier_init();
   }
   // The producer (one thread): Q's Br rows from `row0` of head h (rows before 0 or from N on arrive
@@ -169,18 +193,9 @@ struct Pipeline {
   }
   // Before the n-th tile's Q: the consumers are done reading the previous one (returns at once for n = 0).
   __device__ void wait_q_empty(int n) const { hopper::mbarrier_wait(q_empty(n), q_phase(n) ^ 1); }
-  // The consumers' side: wait for a tile; give it back (K and V: one arrival a warp, from lane 0,
-  // after the warp's wgmma's that read it have completed; Q: every thread, see tile_number).
+  // Q: wait for tile n's; give it back (every thread, see tile_number).
   __device__ void wait_q(int n = 0) const { hopper::mbarrier_wait(q_full(n), q_phase(n)); }
-  __device__ void wait_k(int it) const { hopper::mbarrier_wait(k_full(it), phase(it)); }
-  __device__ void wait_v(int it) const { hopper::mbarrier_wait(v_full(it), phase(it)); }
   __device__ void release_q(int n = 0) const { hopper::mbarrier_arrive(q_empty(n)); }
-  __device__ void release_k(int it) const {
-    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(k_empty(it));
-  }
-  __device__ void release_v(int it) const {
-    if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(v_empty(it));
-  }
 };
 
 // The warp's 16 staged rows of O out (the end of write_output_tma; stage 09's wide epilogue too): the

@@ -23,9 +23,10 @@ struct Fp8Buffers {
     CUDA_CHECK(cudaMemset(bad.get(), 0, sizeof(int)));
   }
   static std::size_t scales(const Shape& s) { return std::size_t(s.heads()) * ((s.N + kScaleRows - 1) / kScaleRows); }
-  DeviceFp8 view() {
-    return {Q.get(),      K.get(),   Vt.get(),     q_scale.get(), k_scale.get(),
-            v_scale.get(), amax.get(), bad.get(), v_mean.get(),  v_sums.get()};
+  // The buffers as the kernels take them, for tensors quantised (or to be) by `scheme`.
+  DeviceFp8 view(const Scheme& scheme) {
+    return {Q.get(),       K.get(),    Vt.get(),  q_scale.get(), k_scale.get(), v_scale.get(),
+            amax.get(),    bad.get(),  v_mean.get(), v_sums.get(), scheme};
   }
   // Device memory a problem needs besides stage 06's (the quantised tensors, scales and v̄).
   static double bytes(const Shape& s) {

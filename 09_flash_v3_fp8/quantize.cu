@@ -337,8 +337,9 @@ __global__ void v_column_mean(const float* sums, int N, int blocks, int D, int c
 
 }  // namespace
 
-void launch_quantize(const Shape& s, course::Dtype t, Scheme scheme, const std::vector<float>& signs, const void* Q,
-                     const void* K, const void* V, const DeviceFp8& out) {
+void launch_quantize(const Shape& s, course::Dtype t, const std::vector<float>& signs, const void* Q, const void* K,
+                     const void* V, const DeviceFp8& out) {
+  const Scheme& scheme = out.scheme;
   require_supported(s);
   course::require(t == course::Dtype::fp16 || t == course::Dtype::bf16,
                   std::string("FP8 quantisation takes fp16 or bf16, not ") + course::name(t));

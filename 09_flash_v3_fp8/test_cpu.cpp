@@ -1,6 +1,7 @@
 // Stage 09 on the CPU: the e4m3 format, the Hadamard transform, the quantisation schemes, the layout
-// of Vᵀ the kernels read, and the accuracy of plain FP8 attention against float64 (the bound each
-// kernel is held to on the GPU is twice that).
+// of Vᵀ the kernels read, the accuracy of plain FP8 attention against float64 (the bound each
+// kernel is held to on the GPU is twice that), the CPU count of the kernels' tiles against the model
+// and the reference, and the registry.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,9 +10,11 @@
 #include <vector>
 
 #include "accuracy.hpp"
+#include "algorithm.hpp"
 #include "check.hpp"
 #include "fp8.hpp"
 #include "inputs.hpp"
+#include "variants.hpp"
 
 using namespace attention;
 using namespace attention::fp8;
@@ -333,3 +336,71 @@ TEST_CASE("v_scale_span: the largest ratio of a head's V descales, and the limit
   CHECK(std::log2(v_scale_span(tiny.data(), 2)) == doctest::Approx(119.0 + std::log2(1000.0)).epsilon(1e-7));
 }
 
+
+TEST_CASE("the CPU count of the kernels' tiles: counted bytes equal the model for every N; O and L within the bound") {
+  // Ragged N (a single row, a block and one, not a multiple of 32 or 64), causal or not, both d, the
+  // tiles of rungs 1-2 (key blocks of 128) and 3-7 (256), fp16 and bf16; every scheme at 128, the
+  // per-tensor ones at 256 (as the program runs them, V centred).
+  for (int d : {64, 128})
+    for (bool causal : {false, true})
+      for (int N : {1, 77, 129, 300, 513}) {
+        const Shape s{1, 2, N, d, causal};
+        const std::uint64_t seed = course::fresh_seed();
+        CAPTURE(s.text());
+        CAPTURE(seed);
+        const Inputs in = make_inputs(s, Dtype::fp16, seed);
+        for (const char* rung : {"row_sum", "wide"}) {
+          const Fp8Variant& v = fp8_registry().find(rung);
+          if (!v.supports(Dtype::fp16, d)) continue;
+          const Tiles t = v.tiles(s);
+          for (const Scheme& asked : schemes()) {
+            if (!v.takes(asked, d)) continue;
+            const Scheme scheme = v.quantised_by(asked, d);
+            CAPTURE(scheme.name());
+            const QuantizedInputs q = quantize_inputs(s, in.Q, in.K, in.V, scheme, seed);
+            for (Dtype out : {Dtype::fp16, Dtype::bf16}) {
+              std::vector<float> O(s.elements(), NAN), L(std::size_t(s.heads()) * N, NAN);
+              const course::IoCount io = fp8_counted(s, out, t, q, O.data(), L.data());
+              CHECK(double(io.total()) == fp8_model_bytes(s, out, t));
+              const Fp8Reference ref(s, out, in.Q, in.K, in.V, q);
+              const auto cO = ref.check_O(O.data()), cL = ref.check_L(L.data());
+              INFO("O: " << cO.summary() << "\n" << cO.first_mismatches);
+              INFO("L: " << cL.summary() << "\n" << cL.first_mismatches);
+              CHECK(cO.ok());
+              CHECK(cL.ok());
+            }
+          }
+        }
+      }
+}
+
+TEST_CASE("the model by hand: Q read once, K and Vᵀ once a query block, O in the dtype, L in 8-row stretches") {
+  // N = 300, d = 128, not causal, key blocks of 128, query blocks of 128: 3 query blocks, each reading
+  // keys 0..299 of K (300 rows of 128 bytes) and Vᵀ's columns 0..319 (padded to 32: 320 a row).
+  const Shape s{1, 1, 300, 128, false};
+  const double q = 300.0 * 128, kv = 3.0 * (300 + 320) * 128, o = 300.0 * 128 * 2, l = 32.0 * ((300 + 7) / 8);
+  CHECK(fp8_model_bytes(s, Dtype::fp16, {128, 128, true}) == q + kv + o + l);
+  // Causal: query block i (laid from N64 = 320: rows -64..63, 64..191, 192..319) visits 1, 2, 3 key blocks.
+  const Shape c{1, 1, 300, 128, true};
+  const double kv_c = (128 + 128) * 128.0 + (256 + 256) * 128.0 + (300 + 320) * 128.0;
+  CHECK(fp8_model_bytes(c, Dtype::fp16, {128, 128, true}) == q + kv_c + o + l);
+}
+
+TEST_CASE("the registry: rungs in order, ablations apart, what each takes, and bad names refused") {
+  const auto& r = fp8_registry();
+  const std::vector<std::string> rungs = {"e4m3", "row_sum", "wide", "tile_overlap", "tile_start", "epilogue", "lin"};
+  CHECK(r.names(false) == rungs);
+  CHECK(r.is_ablation("p_in_registers"));
+  CHECK(r.is_ablation("wide_exact_max"));
+  CHECK_THROWS_AS(r.find("fp8_per_tensor_wide_stsm"), course::UsageError);
+  const Scheme per_block = schemes()[1], per_tensor = schemes()[0];
+  CHECK(r.find("row_sum").takes(per_block, 128));
+  CHECK_FALSE(r.find("epilogue").takes(per_block, 128));
+  CHECK_FALSE(r.find("epilogue").supports(Dtype::fp16, 64));
+  CHECK(r.find("lin").takes(per_block, 64));  // at d = 64 it is rung 2's kernel: any scheme
+  CHECK_FALSE(r.find("lin").takes(per_block, 128));
+  CHECK(r.find("lin").quantised_by(per_tensor, 128).centre_v);
+  CHECK_FALSE(r.find("lin").quantised_by(per_tensor, 64).centre_v);
+  CHECK(r.find("wide").tiles(Shape{1, 1, 100, 128, false}).Bc == 256);
+  CHECK(r.find("row_sum").tiles(Shape{1, 1, 100, 64, false}).Br == 192);
+}

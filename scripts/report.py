@@ -887,17 +887,17 @@ def plot_flash_v3(records, out):
 
 FP8 = "09_flash_v3_fp8"
 FP8_BASE = "08_tuned"  # stage 08's last rung (fp16/bf16), run by stage 09's program on the same inputs
-FP8_SCHEMES = ["fp8_per_tensor", "fp8_per_block", "fp8_per_tensor_hadamard", "fp8_per_block_hadamard"]
-# The stage's last rungs (per tensor): P̃ without the exponential unit on the default kernel; at d = 128 the wide
-# rung's last kernel with the exponential unit, and without it.
-FP8_LAST = ["fp8_per_tensor_lin", "fp8_per_tensor_wide_stsm", "fp8_per_tensor_wide_lin"]
+# Stage 09's rows are <rung>.<scheme> (09_flash_v3_fp8/variants.cpp): rung 2 (row_sum, the row sum on the
+# tensor cores, key blocks of 128) under each scheme, and the last rungs per tensor: rung 6 (epilogue, key
+# blocks of 256 with the exponential unit; d = 128) and rung 7 (lin, P̃ without it; d = 64 on rung 2).
+FP8_SCHEMES = ["row_sum.per_tensor", "row_sum.per_block", "row_sum.per_tensor_hadamard", "row_sum.per_block_hadamard"]
+FP8_LAST = ["epilogue.per_tensor", "lin.per_tensor"]
 FP8_STYLE = OrderedDict([
     (FP8_BASE, dict(color="tab:blue", marker="D", label="stage 08 tuned (16-bit)")),
-    ("fp8_per_tensor", dict(color="tab:red", marker="o", label="FP8 per tensor")),
-    ("fp8_per_block_hadamard", dict(color="tab:purple", marker="s", ls="--", label="FP8 per block + Hadamard")),
-    ("fp8_per_tensor_lin", dict(color="tab:orange", marker="^", ls=":", label="FP8 per tensor, no exp. unit (_lin)")),
-    ("fp8_per_tensor_wide_stsm", dict(color="tab:green", marker="v", label="FP8 wide rung (_wide_stsm)")),
-    ("fp8_per_tensor_wide_lin", dict(color="tab:brown", marker="*", label="FP8 wide rung, no exp. unit (_wide_lin)")),
+    ("row_sum.per_tensor", dict(color="tab:red", marker="o", label="FP8 rung 2, per tensor")),
+    ("row_sum.per_block_hadamard", dict(color="tab:purple", marker="s", ls="--", label="FP8 rung 2, per block + Hadamard")),
+    ("epilogue.per_tensor", dict(color="tab:green", marker="v", label="FP8 rung 6 (key blocks of 256), per tensor")),
+    ("lin.per_tensor", dict(color="tab:brown", marker="*", label="FP8 rung 7 (no exp. unit), per tensor")),
 ])
 # Dense FP8 (e4m3) tensor-core peaks, TFLOP/s, from NVIDIA's datasheets (without sparsity), by a piece of
 # the GPU's name, as DENSE_PEAK_TFLOPS.
@@ -944,7 +944,7 @@ def plot_fp8(records, out):
     for d, causal in panels:
         n = max(c[2] for c in cells if c[:2] == (d, causal))
         cell = next(c for c in cells if c[:3] == (d, causal, n))
-        for v in (FP8_BASE, "fp8_per_tensor"):
+        for v in (FP8_BASE, "row_sum.per_tensor"):
             r = v2_find(recs, v, "fp16", need="l2_read_bytes", **cell_fields(cell))
             if r:
                 picks.append((f"d={d}{' causal' if causal else ''}\n{'16-bit' if v == FP8_BASE else 'FP8'}", r))
@@ -976,24 +976,24 @@ def fp8_tables(records):
         value = {v: r and r["tflops"] for v, r in found.items()}
         best = max(FP8_SCHEMES + FP8_LAST, key=lambda v: value[v] or 0)
         quant = {q: v2_find(recs, q, "fp16", need="ms", **cell_fields(c))
-                 for q in ("quant_per_tensor", "quant_per_block_hadamard")}
-        attn = found["fp8_per_tensor"]
+                 for q in ("quant.per_tensor", "quant.per_block_hadamard")}
+        attn = found["row_sum.per_tensor"]
         l2 = {v: found[v] and add(found[v].get("l2_read_bytes"), found[v].get("l2_write_bytes"))
-              for v in (FP8_BASE, "fp8_per_tensor")}
-        per_tensor_quant = quant["quant_per_tensor"] and quant["quant_per_tensor"]["ms"]
+              for v in (FP8_BASE, "row_sum.per_tensor")}
+        per_tensor_quant = quant["quant.per_tensor"] and quant["quant.per_tensor"]["ms"]
         d, causal, N, B, H = c
         rows.append([str(d), str(causal), str(N), str(B), str(H)] +
                     [tflops_text(found[v]) for v in [FP8_BASE] + FP8_SCHEMES + FP8_LAST] +
-                    [fmt(ratio(value["fp8_per_tensor"], value[FP8_BASE]), ".2f"),
+                    [fmt(ratio(value["row_sum.per_tensor"], value[FP8_BASE]), ".2f"),
                      fmt(ratio(value[best], value[FP8_BASE]), ".2f"),
-                     percent(value["fp8_per_tensor"], dense_peak_tflops(attn and attn["device"], DENSE_FP8_PEAK_TFLOPS)),
+                     percent(value["row_sum.per_tensor"], dense_peak_tflops(attn and attn["device"], DENSE_FP8_PEAK_TFLOPS)),
                      " / ".join(fmt(quant[q] and quant[q]["ms"], ".3f") for q in quant),
                      percent(per_tensor_quant, attn and attn["ms"]),
-                     fmt_bytes(l2[FP8_BASE]), fmt_bytes(l2["fp8_per_tensor"])])
+                     fmt_bytes(l2[FP8_BASE]), fmt_bytes(l2["row_sum.per_tensor"])])
     table = md_table("Stage 09, FP8 attention: TFLOP/s (fp16 inputs and O), B·N = 16384, H·d = 2048; medians of rounds "
-                     "with their min–max where there are several (08_tuned: stage 08's last rung on the same inputs; _lin: "
-                     "P̃ by fp16's bit pattern, not the exponential unit; _wide_*: key blocks of 256, d = 128 only; best: "
-                     "the fastest FP8 row; the "
+                     "with their min–max where there are several (08_tuned: stage 08's last rung on the same inputs; "
+                     "row_sum: rung 2; epilogue: rung 6, key blocks of 256, d = 128 only; lin: rung 7, P̃ by fp16's bit "
+                     "pattern, not the exponential unit; best: the fastest FP8 row; the "
                      "quantisation is timed apart: per tensor / per block + Hadamard, and per tensor as a % of the FP8 "
                      "attention's time; SM↔L2: measured bytes of one call)",
                      ["d", "causal", "N", "B", "H", FP8_BASE] + FP8_SCHEMES + FP8_LAST +
