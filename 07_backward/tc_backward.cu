@@ -38,7 +38,7 @@
 // paired into 128-byte swizzled rows (ds_at). dQ stays one step late. IO: Bc = 128 as tuned, so
 // the same key-outer bytes (flash_backward_model_bytes with Tiles {32, 128}: Q_i and dO_i are
 // read once per (i, j) pair whatever Br is). Measured on the H100: 13-19% faster than tuned at
-// d = 64 (the main job on the tree of 733bd42).
+// d = 64 (chapter 07).
 //
 // At d = 128 the next rung, split, divides the block's work differently (FA-2's warp grid, P and dS
 // through shared memory): tc_split.cu.

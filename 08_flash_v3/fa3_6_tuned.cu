@@ -60,11 +60,9 @@ namespace fa3 {
 // kLpt (the experiment tuned_lpt): causal tiles in FlashAttention-3's LPT order (lpt_tile), the heads
 // in groups of `group`, where rung 6 takes them a head at a time. What it should buy: the grid's last
 // tiles the lightest, not some head's heaviest (a simulation of N = 4096, 64 heads: 6 % over the ideal
-// finish a head at a time, 1-2 % in groups); stage 09's FP8 kernel gained 3.0 % from it at causal
-// N = 4096 and nothing at 16384, so about as much here. Measured (H100, fp16, d = 128, against
-// tuned in the same processes): 1.042 at causal N = 4096, level at 16384; not causal 0.4-0.8 %
-// slower with the same order (a different build). An experiment: chapter 09 compares its causal
-// FP8 kernels, which take this order, with it.
+// finish a head at a time, 1-2 % in groups). Measured (H100, fp16, d = 128): 1.042 at causal
+// N = 4096, level at 16384 (chapter 08). An experiment, kept as the yardstick of kernels that take
+// this order.
 template <class T, int D, int kWG, int kStages, int kPolyEvery, int kLazyLog2, bool kTmaStore, int Bc,
           bool kLpt = false>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
@@ -249,7 +247,7 @@ namespace {
 template <int kStagesOr0, int kPolyEvery64, int kLazyLog2, bool kPersistent, int kWG64 = 3, bool kTmaStore = true,
           bool kBc160 = false, bool kLpt = false>
 void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
-                  void* O, float* L, int Nk = -1) {
+                  void* O, float* L, int Nk = -1, const PersistentOptions& options = {}) {
   if (Nk < 0) Nk = s.N;
   course::require(Nk >= 1 && Nk <= s.N, std::string(name) + ": the visible keys Nk must be 1..N");
   tc::dispatch(name, s, t, [&](auto config) {
@@ -268,12 +266,12 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
           kTmaStore ? fa3::make_tensor_map(O, t == course::Dtype::bf16, s.heads(), s.N, C::D, 16) : m.Q;
       const auto kernel = fa3::flash_v3_tuned<typename C::T, C::D, kWG, kStages, kPoly, kLazyLog2, kTmaStore, Bc, kLpt>;
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-      const unsigned persistent = fa3::persistent_grid(s, name, Br);  // checks the number of tiles too
+      const unsigned persistent = fa3::persistent_grid(s, name, Br, options.grid_cap);  // checks the number of tiles too
       const unsigned grid = kPersistent ? persistent : unsigned((s.N + Br - 1) / Br) * unsigned(s.heads());
       int* next_tile = fa3::tile_counter();  // 0: the last launch reset it
       tc::Params p = tc::params(Q, K, V, O, L, s.N, s.causal, C::D);
       p.Nk = Nk;
-      const int group = kLpt ? fa3::lpt_head_group(s, 2, fa3::lpt_group_requested()) : 1;
+      const int group = kLpt ? fa3::lpt_head_group(s, 2, options.head_group) : 1;
       kernel<<<grid, 128 * (kWG + 1), bytes>>>(m.Q, m.K, m.V, mapO, p, s.heads(), next_tile, group);
       CUDA_CHECK_LAUNCH();
     };
@@ -325,10 +323,23 @@ void launch_fa3_tuned_bc160(const Shape& s, course::Dtype t, const void* Q, cons
   launch_tuned<0, 0, 0, true, 3, true, true>("tuned_bc160", s, t, Q, K, V, O, L);
 }
 
-// The experiment on rung 6: causal tiles in FlashAttention-3's LPT order (fa3_set_lpt_head_group).
+// The experiment on rung 6: causal tiles in FlashAttention-3's LPT order (its group: PersistentOptions).
 void launch_fa3_tuned_lpt(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                           float* L) {
   launch_tuned<0, 0, 0, true, 3, true, false, true>("tuned_lpt", s, t, Q, K, V, O, L);
+}
+
+void launch_fa3_tile_overlap_with(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                                  void* O, float* L, const PersistentOptions& options);
+
+void launch_fa3_persistent(const std::string& rung, const Shape& s, course::Dtype t, const void* Q, const void* K,
+                           const void* V, void* O, float* L, const PersistentOptions& o) {
+  if (rung == "tuned") return launch_tuned<0, 0, 0, true>("tuned", s, t, Q, K, V, O, L, -1, o);
+  if (rung == "tuned_bc160") return launch_tuned<0, 0, 0, true, 3, true, true>("tuned_bc160", s, t, Q, K, V, O, L, -1, o);
+  if (rung == "tuned_lpt")
+    return launch_tuned<0, 0, 0, true, 3, true, false, true>("tuned_lpt", s, t, Q, K, V, O, L, -1, o);
+  if (rung == "tile_overlap") return launch_fa3_tile_overlap_with(s, t, Q, K, V, O, L, o);
+  throw course::UsageError("launch_fa3_persistent: '" + rung + "' is not one of tuned, tuned_bc160, tuned_lpt, tile_overlap");
 }
 
 }  // namespace attention

@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(384, 1)
 
 template <bool kWaitVFirst>
 void launch_tile_overlap(const char* name, const Shape& s, course::Dtype t, const void* Q, const void* K,
-                         const void* V, void* O, float* L) {
+                         const void* V, void* O, float* L, const PersistentOptions& options = {}) {
   tc::dispatch(name, s, t, [&](auto config) {
     using C = decltype(config);
     fa3::require_hopper(name);
@@ -172,7 +172,7 @@ void launch_tile_overlap(const char* name, const Shape& s, course::Dtype t, cons
     const fa3::TensorMaps m = fa3::tensor_maps(s, t, C::D, Q, K, V);
     const auto kernel = fa3::flash_v3_tile_overlap<typename C::T, C::D, kStages, kWaitVFirst>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    const unsigned grid = fa3::persistent_grid(s, name);
+    const unsigned grid = fa3::persistent_grid(s, name, fa3::kBr, options.grid_cap);
     int* next_tile = fa3::tile_counter();  // 0: the last launch reset it
     kernel<<<grid, 384, bytes>>>(m.Q, m.K, m.V, tc::params(Q, K, V, O, L, s.N, s.causal, C::D), s.heads(), next_tile);
     CUDA_CHECK_LAUNCH();
@@ -182,6 +182,10 @@ void launch_tile_overlap(const char* name, const Shape& s, course::Dtype t, cons
 void launch_fa3_tile_overlap(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V, void* O,
                              float* L) {
   launch_tile_overlap<false>("tile_overlap", s, t, Q, K, V, O, L);
+}
+void launch_fa3_tile_overlap_with(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                                  void* O, float* L, const PersistentOptions& options) {
+  launch_tile_overlap<false>("tile_overlap", s, t, Q, K, V, O, L, options);
 }
 void launch_fa3_tile_overlap_wait_v_first(const Shape& s, course::Dtype t, const void* Q, const void* K,
                                           const void* V, void* O, float* L) {

@@ -485,14 +485,13 @@ CUtensorMap make_tensor_map(const TensorMapSpec& spec);
 int* tile_counter();
 
 // The grid of a persistent rung (6, 7): one block a SM, or fewer when there are fewer tiles (or
-// fewer blocks asked for by fa3_set_grid_cap). Throws UsageError past 2^31 tiles.
-unsigned persistent_grid(const Shape& s, const char* variant, int Br = kBr);
+// than `cap` when it is positive: the tests make one block take many tiles). Throws UsageError past
+// 2^31 tiles.
+unsigned persistent_grid(const Shape& s, const char* variant, int Br = kBr, int cap = 0);
 
 // The LPT order's heads a group (lpt_tile): as many as keep their K and V, `value_bytes` a value,
 // within 16 MB of L2 (1 to heads), or `requested` when it is positive (at most heads).
 int lpt_head_group(const Shape& s, int value_bytes, int requested = 0);
-// The experiment tuned_lpt's group as fa3_set_lpt_head_group set it (0, the default: by size).
-int lpt_group_requested();
 
 // Throws UsageError unless the GPU is a Hopper (sm_90): wgmma and setmaxnreg exist only there.
 void require_hopper(const char* variant);

@@ -82,19 +82,13 @@ void require_hopper(const char* variant) {
                                    : g.why_not));
 }
 
-namespace {
-int grid_cap = 0;         // fa3_set_grid_cap: 0, one block a SM
-int lpt_group_asked = 0;  // fa3_set_lpt_head_group: 0, by size
-}  // namespace
-
-unsigned persistent_grid(const Shape& s, const char* variant, int Br) {
+unsigned persistent_grid(const Shape& s, const char* variant, int Br, int cap) {
   const long long tiles = 1LL * ((s.N + Br - 1) / Br) * s.heads();
   course::require(tiles < (1LL << 31), std::string(variant) + ": too many tiles (B·H·⌈N/Br⌉ >= 2^31)");
-  const long long blocks = grid_cap > 0 ? grid_cap : course::gpu().sm_count;
+  course::require(cap >= 0, std::string(variant) + ": the grid cap is a count of blocks (0: one an SM)");
+  const long long blocks = cap > 0 ? cap : course::gpu().sm_count;
   return unsigned(std::min(tiles, blocks));
 }
-
-int lpt_group_requested() { return lpt_group_asked; }
 
 int lpt_head_group(const Shape& s, int value_bytes, int requested) {
   const long long heads = s.heads();
@@ -104,7 +98,3 @@ int lpt_head_group(const Shape& s, int value_bytes, int requested) {
 
 }  // namespace attention::fa3
 
-namespace attention {
-void fa3_set_grid_cap(int blocks) { fa3::grid_cap = blocks > 0 ? blocks : 0; }
-void fa3_set_lpt_head_group(int heads) { fa3::lpt_group_asked = heads > 0 ? heads : 0; }
-}  // namespace attention

@@ -18,6 +18,8 @@
 // tile_overlap_wait_v_first (V waited for before the turn).
 #pragma once
 
+#include <string>
+
 #include "../06_flash_v2/algorithm.hpp"
 #include "dtype.hpp"
 
@@ -43,11 +45,16 @@ void launch_fa3_tuned(const Shape& s, course::Dtype t, const void* Q, const void
 // chunk of queries with a chunk of keys, both stored as N rows, whose last rows may be padding.
 void launch_fa3_tuned_keys(const Shape& s, int Nk, course::Dtype t, const void* Q, const void* K, const void* V,
                            void* O, float* L);
-// Tests: the persistent rungs (6, 7) launch at most `blocks` blocks (0: one a SM, the default), so
-// that every block takes many tiles even at small shapes.
-void fa3_set_grid_cap(int blocks);
-// The experiment tuned_lpt: its heads a group (0, the default: as many as keep K and V within 16 MB).
-void fa3_set_lpt_head_group(int heads);
+// The persistent kernels (tuned, tuned_bc160, tuned_lpt, tile_overlap) with what a launch may be asked
+// besides the problem: at most grid_cap blocks (0: one an SM; the tests make one block take many
+// tiles), and tuned_lpt's heads a group (0: as many as keep K and V within 16 MB of L2). UsageError
+// for another rung's name.
+struct PersistentOptions {
+  int grid_cap = 0;
+  int head_group = 0;
+};
+void launch_fa3_persistent(const std::string& rung, const Shape& s, course::Dtype t, const void* Q, const void* K,
+                           const void* V, void* O, float* L, const PersistentOptions& options);
 
 void launch_fa3_tuned_not_persistent(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                                      void* O, float* L);

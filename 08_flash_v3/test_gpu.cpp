@@ -132,15 +132,13 @@ TEST_CASE("the persistent rungs with few blocks: each block takes many tiles, on
   // At the sizes above most blocks of a persistent rung get one tile (there are more SMs than
   // tiles); here 1 or 3 blocks take all of them, so every hand-over between tiles is exercised: the
   // ring's phases across tiles, Q's slots, the tile counter, tile_overlap's S of the next tile.
-  struct Cap {
-    explicit Cap(int blocks) { fa3_set_grid_cap(blocks); }
-    ~Cap() { fa3_set_grid_cap(0); }
-  };
   const bool sanitizer = course::testing::under_sanitizer();
   for (const char* name : {"tuned", "tuned_bc160", "tile_overlap"})
     for (int blocks : {1, 3}) {
-      const Cap cap(blocks);
-      const ForwardVariant v = v3_registry().find(name);  // a copy: a reference through a temporary name warns (g++ 13)
+      ForwardVariant v = v3_registry().find(name);  // a copy: a reference through a temporary name warns (g++ 13)
+      v.launch = [name, blocks](const Shape& s_, Dtype t_, const void* Q, const void* K, const void* V, void* O, float* L) {
+        launch_fa3_persistent(name, s_, t_, Q, K, V, O, L, {blocks, 0});
+      };
       for (Dtype t : v.dtypes)
         for (int d : v.ds)
           for (bool causal : {false, true})
@@ -163,15 +161,13 @@ TEST_CASE("the LPT order (tuned_lpt): groups of heads that do not divide the hea
   // group has one head, and with 1 or 3 blocks every tile is handed over. The order must map the tile
   // numbers one to one onto (head, query block): a tile that no number reaches leaves its rows of O
   // and L as poisoned.
-  struct Setting {
-    Setting(int blocks, int group) { fa3_set_grid_cap(blocks), fa3_set_lpt_head_group(group); }
-    ~Setting() { fa3_set_grid_cap(0), fa3_set_lpt_head_group(0); }
-  };
   const bool sanitizer = course::testing::under_sanitizer();
-  const ForwardVariant v = v3_registry().find("tuned_lpt");
   for (int group : {3, 2, 0})  // 0: by size, here all 7 heads
     for (int blocks : {1, 3, 0}) {
-      const Setting setting(blocks, group);
+      ForwardVariant v = v3_registry().find("tuned_lpt");
+      v.launch = [blocks, group](const Shape& s_, Dtype t_, const void* Q, const void* K, const void* V, void* O, float* L) {
+        launch_fa3_persistent("tuned_lpt", s_, t_, Q, K, V, O, L, {blocks, group});
+      };
       for (int d : v.ds)
         for (int N : sanitizer ? std::vector<int>{300} : std::vector<int>{1, 300, 1000}) {
           const Shape s{1, 7, N, d, true};

@@ -1,6 +1,5 @@
 #include "fp8_launch.cuh"
 
-#include <algorithm>
 #include <string>
 
 namespace attention::fp8 {
@@ -33,10 +32,8 @@ Launch prepare(const char* rung, const Shape& s, course::Dtype out, const Device
   l.O = fa3::make_tensor_map(O, out == course::Dtype::bf16, s.heads(), s.N, s.d, 16);
   l.sc = {in.q_scale, in.k_scale, in.v_scale, (s.N + kScaleRows - 1) / kScaleRows, in.v_mean};
   l.p = tc::params(nullptr, nullptr, nullptr, O, L, s.N, s.causal, s.d);
-  course::require(options.grid_cap >= 0 && options.head_group >= 0,
-                  "fp8: the grid cap and the head group are counts (0: chosen by the GPU and the size)");
-  l.grid = fa3::persistent_grid(s, "fp8", Br);
-  if (options.grid_cap > 0) l.grid = std::min(l.grid, unsigned(options.grid_cap));
+  course::require(options.head_group >= 0, "fp8: the head group is a count of heads (0: chosen by the size)");
+  l.grid = fa3::persistent_grid(s, "fp8", Br, options.grid_cap);
   l.next_tile = fa3::tile_counter();
   l.heads = s.heads();
   return l;

@@ -220,6 +220,17 @@ int main(int argc, char** argv) {
     const std::vector<Dtype> dtypes = problem.dtypes();
     std::vector<Scheme> chosen;
     for (const auto& n : scheme_names) chosen.push_back(scheme_named(n));
+    // A rung named with --variants runs at this d, and (the wide ones at d = 128) some scheme asked for.
+    for (const std::string& name : options.variants) {
+      if (!fp8_registry().has(name)) continue;
+      const Fp8Variant& v = fp8_registry().find(name);
+      course::require(v.supports(dtypes.front(), problem.base.d),
+                      "--variants " + name + " runs d = " + (v.ds.size() == 1 ? std::to_string(v.ds.front()) : "64 or 128") +
+                          ", not --d " + std::to_string(problem.base.d));
+      course::require(std::any_of(chosen.begin(), chosen.end(), [&](const Scheme& x) { return v.takes(x, problem.base.d); }),
+                      "--variants " + name + " at d = " + std::to_string(problem.base.d) +
+                          " takes the per-tensor schemes only (per_tensor, per_tensor_hadamard)");
+    }
     course::Bench bench("09_flash_v3_fp8", options);
     if (bench.use_gpu())
       if (const std::string why = why_no_hopper(); !why.empty()) bench.disable_gpu(why);

@@ -28,6 +28,12 @@ expect 2 "fp16 with d = 64 or 128" "$bin/07_backward" --dtype fp16 --d 32 --vari
 expect 2 "run fp16 with d = 64" "$bin/07_backward" --variants wide --d 128
 expect 2 "--seed: must be a whole number" "$bin/01_naive_matmul" --seed -1
 expect 2 "--seed: must be a whole number" "$bin/06_flash_v2" --seed=-5
+# Stage 09's variants come from its registry: an old experiment's suffix is no name; a rung at a d or a
+# scheme it does not run is refused before any work.
+expect 2 "unknown variant 'fp8_per_tensor_wide_stsm'" "$bin/09_flash_v3_fp8" --variants fp8_per_tensor_wide_stsm
+expect 2 "--variants epilogue runs d = 128, not --d 64" "$bin/09_flash_v3_fp8" --variants epilogue --d 64
+expect 2 "takes the per-tensor schemes only" "$bin/09_flash_v3_fp8" --variants lin --schemes per_block
+expect 2 "unknown variant 'ring_fast'" "$bin/10_ring_attention" --variants ring_fast
 expect 2 "not 70000 × 70000 = 4900000000" "$bin/05_flash_v1" --batch 70000 --heads 70000
 # B·H as a whole number, never "4900000000.000000"
 if "$bin/05_flash_v1" --batch 70000 --heads 70000 2>&1 | grep -q '\.000000'; then
