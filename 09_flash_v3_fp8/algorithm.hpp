@@ -18,7 +18,8 @@ namespace attention::fp8 {
 int fp8_query_row0(const Shape& s, Tiles t, int i);
 int fp8_key_blocks(const Shape& s, Tiles t, int i);
 
-// FP8 attention, for each head and query block i, as the kernels run it:
+// FP8 attention on the kernels' tiles, with the requests the kernels make, and rung 2's numerics
+// (the exact max, ex2, l summing the rounded P̃; rungs 1 and 3-7 differ in those, not in the bytes):
 //   load Q_i's rows (bytes); m = −∞, l = 0, o = 0
 //   for each key block j, the last first: load K_j's rows and Vᵀ's columns of block j (padded to 32 keys)
 //     x = S·scale·log₂e·sq·sk_j (S of e4m3 values, masked as stage 06); m_new = max(m, rowmax x)

@@ -171,9 +171,10 @@ __global__ void __launch_bounds__(128 * 3, 1)
 template <bool kOptimistic>
 void launch(const char* rung, const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L,
             const LaunchOptions& options) {
-  const Launch l = prepare(rung, s, out, in, O, L, options, 128, kBcWide, 128);
+  using Lay = LayoutWide<false, false>;
+  const Launch l = prepare(rung, s, out, in, O, L, options, Lay::kBr, Lay::Bc, Lay::kBr);
   with_type(out, [&](auto type) {
-    run(flash_v3_fp8_wide<decltype(type), kOptimistic>, LayoutWide<false, false>::kBytes, 128 * 3,
+    run(flash_v3_fp8_wide<decltype(type), kOptimistic>, Lay::kBytes, 128 * 3,
         std::string("fp8 ") + rung + " (key blocks of 256) at d = 128", l);
   });
 }

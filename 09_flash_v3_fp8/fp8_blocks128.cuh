@@ -206,14 +206,14 @@ enum class POperand { by_d, registers };
 template <bool kSumByMma, POperand kP, bool kLin = false>
 void launch_blocks128(const char* rung, const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L,
                       const LaunchOptions& options) {
-  const Tiles tiles = attention_tiles(s);
-  const Launch l = prepare(rung, s, out, in, O, L, options, tiles.Br, kBc, tiles.Br);
   auto go = [&](auto type, auto d) {
     using T = decltype(type);
-    constexpr int D = decltype(d)::value, kWG = consumer_warpgroups<D>();
+    constexpr int D = decltype(d)::value, kWG = consumer_warpgroups<D>(), kBr = 64 * kWG;
     constexpr bool kPSmem = kP == POperand::by_d && D == 128;
-    static_assert(64 * kWG == (D == 64 ? 192 : 128), "attention_tiles (fp8.hpp) and the kernel's warpgroups agree");
-    const size_t bytes = Layout128<D, 64 * kWG, kSumByMma, kPSmem>::kBytes;
+    // Q's box is the kernel's tile; the model and the count take attention_tiles (fp8.hpp): they agree.
+    course::require(attention_tiles(s).Br == kBr, "fp8: attention_tiles and the kernel's warpgroups disagree");
+    const Launch l = prepare(rung, s, out, in, O, L, options, kBr, kBc, kBr);
+    const size_t bytes = Layout128<D, kBr, kSumByMma, kPSmem>::kBytes;
     run(flash_v3_fp8_128<T, D, kSumByMma, kPSmem, kLin>, bytes, 128 * (kWG + 1),
         std::string("fp8 ") + rung + " at d = " + std::to_string(D), l);
   };

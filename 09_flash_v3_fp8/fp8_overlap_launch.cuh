@@ -10,10 +10,12 @@ namespace attention::fp8 {
 template <bool kTileStart, bool kEpilogue, bool kLin>
 void launch_overlap(const char* rung, const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L,
                     const LaunchOptions& options) {
-  const Launch l = prepare(rung, s, out, in, O, L, options, 128, kBcWide, kTileStart ? 64 : 128);
+  using Lay = LayoutWide<true, kTileStart>;
+  // Q's box: a warpgroup's half from rung 5 on (Q by halves), else the tile; the producer expects that.
+  const Launch l = prepare(rung, s, out, in, O, L, options, Lay::kBr, Lay::Bc, Lay::kQHalves ? Lay::kBr / 2 : Lay::kBr);
   const int group = fa3::lpt_head_group(s, 1, options.head_group);
   with_type(out, [&](auto type) {
-    run(flash_v3_fp8_overlap<decltype(type), kTileStart, kEpilogue, kLin>, LayoutWide<true, kTileStart>::kBytes,
+    run(flash_v3_fp8_overlap<decltype(type), kTileStart, kEpilogue, kLin>, Lay::kBytes,
         128 * 3, std::string("fp8 ") + rung + " (key blocks of 256) at d = 128", l, group);
   });
 }

@@ -30,6 +30,7 @@
 #include "attention/device_run.hpp"
 #include "device_buffer.hpp"
 #if COURSE_HAS_HOPPER
+#include "../08_flash_v3/kernels.cuh"  // launch_fa3_persistent: tuned_lpt with --head-group
 #include "device_fp8.hpp"
 #endif
 #endif
@@ -285,7 +286,10 @@ int main(int argc, char** argv) {
             const std::string rung = name.substr(3);
             const ForwardVariant& v = v3_registry().find(rung);
             const Tiles tiles = v.tiles(s);
-            course::Row row = bench.row(name, s.text() + " Br=" + std::to_string(tiles.Br) + " Bc=" + std::to_string(tiles.Bc));
+            // tuned_lpt takes --head-group, as rungs 4-7 do (causal: the order's groups of heads).
+            const bool lpt = rung == kStage08Lpt, grouped = lpt && s.causal && head_group > 0;
+            course::Row row = bench.row(name + (grouped ? "_hg" + std::to_string(head_group) : ""),
+                                        s.text() + " Br=" + std::to_string(tiles.Br) + " Bc=" + std::to_string(tiles.Bc));
             row.dtype = course::name(t);
             row.size = N;
             row.flops = s.flops();
@@ -294,7 +298,11 @@ int main(int argc, char** argv) {
             if (bench.use_gpu()) {
               if (!ref16) ref16 = std::make_unique<Reference>(s, t, in.Q.data(), in.K.data(), in.V.data());
               dev->poison();
-              bench.measure_gpu(row, [&] { v.launch(s, t, dev->q(), dev->k(), dev->v(), dev->o(), dev->L.get()); }, [&] {
+              auto launch = [&] {
+                if (lpt) launch_fa3_persistent(rung, s, t, dev->q(), dev->k(), dev->v(), dev->o(), dev->L.get(), {0, head_group});
+                else v.launch(s, t, dev->q(), dev->k(), dev->v(), dev->o(), dev->L.get());
+              };
+              bench.measure_gpu(row, launch, [&] {
                 const auto O = dev->O_values(t);
                 return with_L(ref16->check_O(O.data()), ref16->check_L(dev->L.download().data()));
               });
@@ -342,7 +350,7 @@ int main(int argc, char** argv) {
           const Tiles tiles = v.tiles(s);
           for (const Scheme& asked : chosen) {
             std::string row_name = name + "." + asked.name();
-            if (v.wide(s.d) && head_group > 0 && name != "wide" && name != "wide_exact_max")
+            if (v.wide(s.d) && s.causal && head_group > 0 && name != "wide" && name != "wide_exact_max")
               row_name += "_hg" + std::to_string(head_group);
             if (!v.takes(asked, s.d)) {
               skipped_per_block = true;
@@ -371,7 +379,12 @@ int main(int argc, char** argv) {
                 const course::IoCount io = fp8_counted(s, t, tiles, q, O.data(), L.data());
                 counted[key] = {io, with_L(reference().check_O(O.data()), reference().check_L(L.data()))};
               }
-              bench.record_counted(row, counted[key].first, counted[key].second);
+              // The count is every rung's of this tiling; its check (the CPU twin's O and L, rung 2's numerics)
+              // is the error column of rung 2's row only, and a failing twin fails the run.
+              if (name == "row_sum") bench.record_counted(row, counted[key].first, counted[key].second);
+              else row.io_counted_bytes = double(counted[key].first.total());
+              course::require(counted[key].second.ok(), "the CPU twin of " + row_name + " " + problem_text +
+                                                            " fails its check: " + counted[key].second.summary());
             }
 #if COURSE_HAS_HOPPER
             if (bench.use_gpu()) {
@@ -402,7 +415,9 @@ int main(int argc, char** argv) {
                   "err: O against float64 on the 16-bit inputs, held to twice plain FP8's error (and L likewise)",
                   "model: bytes between the SMs and L2 (1-byte Q, K, V; O in the dtype; L); counted: the CPU run of the "
                   "same tiles through the counting view (B*H*N*N*d <= " +
-                      std::to_string(static_cast<long long>(problem.count_limit)) + ", else n/a)"});
+                      std::to_string(static_cast<long long>(problem.count_limit)) +
+                      ", else n/a); its O and L (rung 2's numerics) are checked, and are the max rel err of the "
+                      "row_sum rows without a GPU"});
     if (skipped_per_block)
       notes.push_back("rungs 3-7 at d = 128 (key blocks of 256) run the per-tensor schemes only: their per-block rows are "
                       "not run");

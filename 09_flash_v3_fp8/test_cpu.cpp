@@ -384,6 +384,25 @@ TEST_CASE("the model by hand: Q read once, K and Vᵀ once a query block, O in t
   const Shape c{1, 1, 300, 128, true};
   const double kv_c = (128 + 128) * 128.0 + (256 + 256) * 128.0 + (300 + 320) * 128.0;
   CHECK(fp8_model_bytes(c, Dtype::fp16, {128, 128, true}) == q + kv_c + o + l);
+  // Key blocks of 256, causal, N = 300 (N64 = 320: query blocks from rows -64, 64, 192 visit 1, 1 and 2
+  // blocks): K's rows 256, 256, 256 + 44; Vᵀ's columns 256, 256, 256 + 64 (padded to 320).
+  const double kv_w = 128.0 * (256 + 256 + 256 + 256 + 300 + 320);
+  CHECK(fp8_model_bytes(c, Dtype::fp16, {128, 256, true}) == q + kv_w + o + l);
+  {  // and the count's reads and writes apart: Q, K, Vᵀ read; O and L written
+    const Inputs in = make_inputs(c, Dtype::fp16, 7);
+    const QuantizedInputs qi = quantize_inputs(c, in.Q, in.K, in.V, centred(schemes()[0]), 7);
+    std::vector<float> O(c.elements()), L(c.N);
+    const course::IoCount io = fp8_counted(c, Dtype::fp16, {128, 256, true}, qi, O.data(), L.data());
+    CHECK(double(io.read_bytes) == q + kv_w);
+    CHECK(double(io.write_bytes) == o + l);
+  }
+  // d = 64, query blocks of 192 (rows 0 and 192), three key blocks of 128 each: K 300 rows, Vᵀ 320 columns.
+  const Shape s64{1, 1, 300, 64, false};
+  CHECK(fp8_model_bytes(s64, Dtype::bf16, {192, 128, true}) == 64.0 * (300 + 600 + 2 * 620) + 32.0 * 38);
+  // Two heads of N = 77: head 1's L starts 77 floats in, so each of its 10 stretches of 8 rows straddles
+  // two sectors (head 0's: one each).
+  const Shape h2{1, 2, 77, 128, false};
+  CHECK(fp8_model_bytes(h2, Dtype::fp16, {128, 128, true}) == 2 * 128.0 * (77 + 154 + 77 + 96) + 32.0 * 30);
 }
 
 TEST_CASE("the registry: rungs in order, ablations apart, what each takes, and bad names refused") {
@@ -398,6 +417,17 @@ TEST_CASE("the registry: rungs in order, ablations apart, what each takes, and b
   CHECK_FALSE(r.find("epilogue").takes(per_block, 128));
   CHECK_FALSE(r.find("epilogue").supports(Dtype::fp16, 64));
   CHECK(r.find("lin").takes(per_block, 64));  // at d = 64 it is rung 2's kernel: any scheme
+  CHECK_FALSE(r.find("epilogue").takes(per_tensor, 64));  // not at a d it does not run
+  for (const char* name : {"e4m3", "row_sum", "lin", "p_in_registers"}) CHECK(r.find(name).ds == std::vector<int>{64, 128});
+  for (const char* name : {"wide", "tile_overlap", "tile_start", "epilogue", "wide_exact_max"}) {
+    CHECK(r.find(name).ds == std::vector<int>{128});
+    CHECK(r.find(name).wide(128));
+  }
+  CHECK(r.find("lin").wide(128));
+  CHECK_FALSE(r.find("lin").wide(64));
+  CHECK(r.find("lin").lin);
+  CHECK(r.find("lin").tiles(Shape{1, 1, 100, 64, false}).Bc == 128);
+  CHECK(r.find("lin").tiles(Shape{1, 1, 100, 128, false}).Bc == 256);
   CHECK_FALSE(r.find("lin").takes(per_block, 128));
   CHECK(r.find("lin").quantised_by(per_tensor, 128).centre_v);
   CHECK_FALSE(r.find("lin").quantised_by(per_tensor, 64).centre_v);

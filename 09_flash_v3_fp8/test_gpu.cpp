@@ -133,12 +133,14 @@ TEST_CASE("the wide rungs (key blocks of 256): ragged N, rising keys, large logi
           check(*v, s, Dtype::fp16, normal(s, Dtype::fp16, seed), schemes()[0], seed, options);
           if (cap == 0) {
             check(*v, s, Dtype::bf16, make_inputs(s, Dtype::bf16, seed), schemes()[2], seed, options);
-            if (N >= 300) check(*v, s, Dtype::fp16, rising_keys(s, Dtype::fp16, seed), schemes()[0], seed, options);
-            if (N >= 1000) check(*v, s, Dtype::fp16, one_rising_row(s, Dtype::fp16, seed), schemes()[0], seed, options);
-            if (N == 1000) {
-              check(*v, s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), schemes()[0], seed, options);
-              check(*v, s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed),
-                    schemes()[0], seed, options);
+            for (const Scheme& scheme : {schemes()[0], schemes()[2]}) {  // the per-tensor schemes
+              if (N >= 300) check(*v, s, Dtype::fp16, rising_keys(s, Dtype::fp16, seed), scheme, seed, options);
+              if (N >= 1000) check(*v, s, Dtype::fp16, one_rising_row(s, Dtype::fp16, seed), scheme, seed, options);
+              if (N == 1000) {
+                check(*v, s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), scheme, seed, options);
+                check(*v, s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed),
+                      scheme, seed, options);
+              }
             }
           }
         }
@@ -167,7 +169,7 @@ TEST_CASE("every rung on few blocks: each block takes many tiles, one after anot
             check(*v, s, Dtype::bf16, normal(s, Dtype::bf16, seed), schemes()[0], seed, {cap, 0});
             if (N == 700) check(*v, s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), schemes()[0], seed, {cap, 0});
           }
-  for (const char* rung : {"tile_overlap", "tile_start"})
+  for (const char* rung : {"tile_overlap", "tile_start", "epilogue", "lin"})
     for (int group : {4, 1})
       for (int cap : {1, 3}) {
         const Shape s{2, 3, sanitizer ? 300 : 700, 128, true};
@@ -277,7 +279,8 @@ TEST_CASE("on inputs of mean 0.5 at N = 4096: no drift with a fresh accumulator 
   for (const Fp8Variant* v : variants_at(Dtype::fp16, 128)) {
     if (!v->wide(128)) continue;
     CAPTURE(v->name);
-    CHECK_THROWS_AS(run(*v, s, Dtype::fp16, in, schemes().front(), seed), course::UsageError);
+    CHECK_THROWS_WITH_AS(run(*v, s, Dtype::fp16, in, schemes().front(), seed), doctest::Contains("needs V centred"),
+                         course::UsageError);
     const double drift = bias(run(*v, s, Dtype::fp16, in, centred(schemes().front()), seed));
     MESSAGE(v->name << ", V centred: signed mean error of O " << drift);
     CHECK(std::fabs(drift) < 0.005);
@@ -290,20 +293,28 @@ TEST_CASE("what the rungs refuse: per-block V and d = 64 for key blocks of 256, 
   for (const Fp8Variant* v : variants_at(Dtype::fp16, 128)) {
     CAPTURE(v->name);
     if (v->wide(128)) {
-      CHECK_THROWS_AS(run(*v, s, Dtype::fp16, in, centred(schemes()[1]), 1), course::UsageError);  // per block
+      CHECK_THROWS_WITH_AS(run(*v, s, Dtype::fp16, in, centred(schemes()[1]), 1),
+                           doctest::Contains("need V's descale per tensor"), course::UsageError);  // per block
       if (!v->supports(Dtype::fp16, 64)) {
         const Shape s64{1, 1, 129, 64, false};
-        CHECK_THROWS_AS(run(*v, s64, Dtype::fp16, make_inputs(s64, Dtype::fp16, 1), centred(schemes()[0]), 1),
-                        course::UsageError);
+        CHECK_THROWS_WITH_AS(run(*v, s64, Dtype::fp16, make_inputs(s64, Dtype::fp16, 1), centred(schemes()[0]), 1),
+                             doctest::Contains("run at d = 128 only"), course::UsageError);
       }
     }
     course::DeviceBuffer<std::uint16_t> O(s.elements());
     course::DeviceBuffer<float> L(s.N);
     Fp8Buffers q(s);
-    CHECK_THROWS_AS(v->launch(s, Dtype::fp32, q.view(centred(schemes()[0])), O.get(), L.get(), {}), course::UsageError);
+    const DeviceFp8 in8 = q.view(centred(schemes()[0]));
+    CHECK_THROWS_WITH_AS(v->launch(s, Dtype::fp32, in8, O.get(), L.get(), {}), doctest::Contains("writes O in fp16 or bf16"),
+                         course::UsageError);
     const Shape s32{1, 1, 129, 32, false}, empty{1, 1, 0, 128, false};
-    CHECK_THROWS_AS(v->launch(s32, Dtype::fp16, q.view(centred(schemes()[0])), O.get(), L.get(), {}), course::UsageError);
-    CHECK_THROWS_AS(v->launch(empty, Dtype::fp16, q.view(centred(schemes()[0])), O.get(), L.get(), {}), course::UsageError);
-    CHECK_THROWS_AS(v->launch(s, Dtype::fp16, q.view(centred(schemes()[0])), O.get(), L.get(), {-1, 0}), course::UsageError);
+    CHECK_THROWS_WITH_AS(v->launch(s32, Dtype::fp16, in8, O.get(), L.get(), {}), doctest::Contains("runs d = 64 or 128"),
+                         course::UsageError);
+    CHECK_THROWS_WITH_AS(v->launch(empty, Dtype::fp16, in8, O.get(), L.get(), {}), doctest::Contains("at least 1"),
+                         course::UsageError);
+    CHECK_THROWS_WITH_AS(v->launch(s, Dtype::fp16, in8, O.get(), L.get(), {-1, 0}), doctest::Contains("grid cap"),
+                         course::UsageError);
+    CHECK_THROWS_WITH_AS(v->launch(s, Dtype::fp16, in8, O.get(), L.get(), {0, -1}), doctest::Contains("head group"),
+                         course::UsageError);
   }
 }

@@ -19,7 +19,7 @@ Tiles Fp8Variant::tiles(const Shape& s) const {
 }
 
 bool Fp8Variant::takes(const Scheme& scheme, int d) const {
-  return !wide(d) || scheme.granularity == Granularity::tensor;
+  return std::count(ds.begin(), ds.end(), d) > 0 && (!wide(d) || scheme.granularity == Granularity::tensor);
 }
 
 Scheme Fp8Variant::quantised_by(Scheme scheme, int d) const {

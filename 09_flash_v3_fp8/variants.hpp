@@ -15,7 +15,7 @@ struct Fp8Variant : VariantInfo {
   bool lin = false;              // P̃ by fp16's bit pattern: L's bound widened by log(1 + kLinMaxRelError)
   bool wide(int d) const;
   Tiles tiles(const Shape& s) const;  // for the model and the CPU count
-  // Whether it takes `scheme` at d (the wide rungs: V's descale per tensor), and the scheme it runs
+  // Whether it runs `scheme` at d (one of its ds; the wide rungs: V's descale per tensor), and the scheme it runs
   // by when asked for `scheme`: V centred where it runs key blocks of 256.
   bool takes(const Scheme& scheme, int d) const;
   Scheme quantised_by(Scheme scheme, int d) const;
