@@ -60,9 +60,8 @@ namespace fa3 {
 // kLpt (the experiment tuned_lpt): causal tiles in FlashAttention-3's LPT order (lpt_tile), the heads
 // in groups of `group`, where rung 6 takes them a head at a time. What it should buy: the grid's last
 // tiles the lightest, not some head's heaviest (a simulation of N = 4096, 64 heads: 6 % over the ideal
-// finish a head at a time, 1-2 % in groups). Measured (H100, fp16, d = 128): 1.042 at causal
-// N = 4096, level at 16384 (chapter 08). An experiment, kept as the yardstick of kernels that take
-// this order.
+// finish a head at a time, 1-2 % in groups); it bought 4 % at causal N = 4096 (chapter 08). An
+// experiment, kept as the yardstick of kernels that take this order.
 template <class T, int D, int kWG, int kStages, int kPolyEvery, int kLazyLog2, bool kTmaStore, int Bc,
           bool kLpt = false>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)

@@ -149,14 +149,9 @@ struct Pipeline : KeyValueRing<Pipeline<D, kStages, kOwnStaging, kQSlots, Br, Bc
   }
 
   // The consumers' read of tile n's number (rung 6, tile_overlap), after wait_q(n), by every lane.
-  // The producer writes the slot again (tile n + 2's number) once q_empty(n) completes, and an
-  // arrive orders only its own thread's earlier reads before that write: so every consumer thread
-  // arrives on q_empty (release_q), not one a warp as on the K/V barriers. With lane 0 alone
-  // arriving, the other lanes' reads race with the write (compute-sanitizer's racecheck reports
-  // it as soon as a block takes more than two tiles), and a __syncwarp between the reads and lane
-  // 0's arrive did not satisfy racecheck. Reading in lane 0 alone and broadcasting with __shfl_sync
-  // is race-free too, but cost rung 6 1-6 % at d = 64 (chapter 08). An arrive a thread a tile is
-  // nothing beside a tile's work.
+  // The producer writes the slot again (tile n + 2's number) once q_empty(n) completes, and an arrive
+  // orders only its own thread's reads before that write: so every consumer thread arrives on q_empty
+  // (release_q), not one a warp as on the K/V barriers (racecheck finds the race otherwise; chapter 08).
   __device__ int tile_number(int n) const { return *tile_slot(n); }
 
   // One thread, before a __syncthreads.

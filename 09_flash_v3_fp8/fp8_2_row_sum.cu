@@ -8,9 +8,8 @@
 // held through the next turn, they made ptxas serialise the wgmma's (its note C7511).
 //
 // What it should buy: −5 to −9 % time at d = 128 (the consumer warps looked bound by their
-// instruction streams), −2 to +4 % at d = 64. Measured (H100): 0.998-1.007 of rung 1 at d = 128
-// (the FADDs were four independent chains that filled the gaps of the dependent one: max, exponent,
-// ex2, pack, P̃·V), +2.2-4.1 % at d = 64.
+// instruction streams), −2 to +4 % at d = 64. It bought +2-4 % at d = 64 and nothing at d = 128,
+// where the FADDs had filled the gaps of the dependent chain (max, exponent, ex2, pack; chapter 09).
 //
 // The ablation p_in_registers keeps P̃ in registers at d = 128 too (the kernel before P̃ went through
 // shared memory): the wait for P̃·V moves, the time barely does (+0-3 %, chapter 09).

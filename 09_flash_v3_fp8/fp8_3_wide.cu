@@ -15,9 +15,8 @@
 //    other); O staged in the warpgroup's first P̃ tile.
 //  - The optimistic max (kOptimistic): after a tile's first block P̃ is made with m as it stands, and
 //    the row max taken (and P̃ again) only where some P̃ overflowed e4m3 (optimistic_p).
-// What it should buy: +8-15 % at N = 16384, +5-12 % at 4096, less causal. Measured (H100, against
-// rung 2): 1.04-1.11 without the optimistic max (the ablation wide_exact_max), and the optimistic
-// max 1.01-1.04 on that: its instructions fell 18 %, but the warps waited on the exponential unit.
+// What it should buy: +8-15 % at N = 16384, +5-12 % at 4096, less causal. The blocks of 256 bought
+// 4-11 % over rung 2, the optimistic max 1-4 % more (chapter 09; wide_exact_max leaves it out).
 #include "fp8_launch.cuh"
 #include "fp8_mma.cuh"
 #include "fp8_softmax.cuh"

@@ -10,9 +10,8 @@
 // tiles in FlashAttention-3's LPT order (heaviest first across a group of heads).
 //
 // What it should buy: the S wait and most of the epilogue off each tile's end, +1-2 % at N = 4096
-// and 16384, +2-4 % causal. Measured (H100, d = 128, against rung 3): 1.084 at N = 4096, 1.049 at
-// 16384, 1.120 and 1.068 causal; 1.45-1.68× stage 08 (more than predicted at 16384: the new
-// kernel's consumers spill nothing where rung 3's spill 128 bytes).
+// and 16384, +2-4 % causal. It bought 5-12 % over rung 3 (chapter 09), more than predicted: this
+// kernel's consumers also spill nothing where rung 3's spill 128 bytes.
 #include "fp8_overlap_launch.cuh"
 
 namespace attention::fp8 {

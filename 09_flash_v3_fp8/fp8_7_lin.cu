@@ -10,9 +10,8 @@
 // (fp8.hpp's kLinMaxRelError; l sums the same P̃, so O divides it away, L keeps 1 % of it).
 //
 // What it should buy: at d = 64, where the exponentials take twice the products' time on MUFU (its
-// pipe 71 % busy), 1.25-1.6×; at d = 128 1.00-1.10×. Measured (H200): 1.12-1.15× rung 2 at d = 64
-// (the issue slots then the busiest resource, 54 -> 67 %), 1.09-1.14× rung 6 at d = 128 (1.67-1.87×
-// stage 08, 1,269 TFLOP/s at N = 16384); O's RMSE 5 % higher on N(0, 1) inputs.
+// pipe 71 % busy), 1.25-1.6×; at d = 128 1.00-1.10×. It bought 1.12-1.15× at d = 64 and 1.09-1.14×
+// at d = 128, for 5 % more RMSE of O on N(0, 1) inputs (chapter 09).
 #include "fp8_blocks128.cuh"
 #include "fp8_overlap_launch.cuh"
 
