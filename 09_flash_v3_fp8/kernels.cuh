@@ -19,7 +19,7 @@ namespace attention::fp8 {
 
 // The quantised tensors of one problem, on the device, and the scheme they were quantised by. Q and
 // K: heads × N × d bytes; Vt: heads × d × padded_keys(N) bytes (of V − v̄); the descales heads ×
-// ⌈N/128⌉ floats each; amax: 3 floats the per-tensor scheme reduces into; bad: the count of NaN or
+// ⌈N/128⌉ floats each; amax: 3 floats the per-tensor scheme reduces into; bad: the count of scale blocks with NaN or
 // ±inf values the quantisation met (0 when the inputs are finite; check_quantized reads it); v_mean:
 // v̄, heads × d floats (0 without centring), which the attention adds to O; v_sums: heads × ⌈N/128⌉ ×
 // d floats, the column sums of each block of V's rows, on the way to v̄.

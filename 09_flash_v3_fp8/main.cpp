@@ -46,6 +46,8 @@ namespace {
 const std::string kStage08Rung = "tuned", kStage08Lpt = "tuned_lpt";
 // The quantisation alone, for each scheme; quant_centred: with V centred (the wide rungs' inputs).
 const std::string kQuant = "quant", kQuantCentred = "quant_centred";
+// A device-to-device copy of Q, K and V: the memory's speed in the same run, the quantisation's yardstick.
+const std::string kCopy = "copy";
 
 std::string why_no_hopper() { return course::why_not_hopper(COURSE_HAS_HOPPER, "stage 09's kernels (FP8 wgmma)"); }
 
@@ -200,6 +202,7 @@ int main(int argc, char** argv) {
   const VariantInfo beside_info[] = {
       {"08_" + kStage08Rung, {Dtype::fp16, Dtype::bf16}, {64, 128}, "stage 08's last rung (16-bit), the yardstick"},
       {"08_" + kStage08Lpt, {Dtype::fp16, Dtype::bf16}, {64, 128}, "stage 08's with FA-3's LPT tile order (run when named)"},
+      {kCopy, {Dtype::fp16, Dtype::bf16}, {64, 128}, "a device-to-device copy of Q, K, V: the memory's speed"},
       {kQuant, {Dtype::fp16, Dtype::bf16}, {64, 128}, "the quantisation alone, each scheme"},
       {kQuantCentred, {Dtype::fp16, Dtype::bf16}, {64, 128}, "the same with V centred (rungs 3-7's inputs; when named)"}};
   {
@@ -240,7 +243,7 @@ int main(int argc, char** argv) {
     if (accuracy_table)
       return accuracy(shapes.front(), dtypes.front(), options.seed, outliers > 0 ? outliers : 0.001, sigma, bench.use_gpu());
     // By default: stage 08's last rung, the quantisation and every rung; --variants: those, in its order.
-    std::vector<std::string> runs = {"08_" + kStage08Rung, kQuant};
+    std::vector<std::string> runs = {"08_" + kStage08Rung, kCopy, kQuant};
     for (const auto& name : fp8_registry().names(false)) runs.push_back(name);
     if (!options.variants.empty()) runs = options.variants;
     [[maybe_unused]] const LaunchOptions launch_options{0, head_group};
@@ -306,6 +309,30 @@ int main(int argc, char** argv) {
                 const auto O = dev->O_values(t);
                 return with_L(ref16->check_O(O.data()), ref16->check_L(dev->L.download().data()));
               });
+            }
+#endif
+            bench.add(row);
+            continue;
+          }
+          if (name == kCopy) {  // cudaMemcpyAsync of Q, K, V into one buffer: 3·n·e bytes read and written
+            course::Row row = bench.row(name, s.text());
+            row.dtype = course::name(t);
+            row.size = N;
+            const std::size_t bytes = s.elements() * course::bytes_of(t);
+            row.io_model_bytes = 2.0 * 3.0 * double(bytes);
+#if COURSE_HAS_HOPPER
+            if (bench.use_gpu()) {
+              course::DeviceBuffer<std::uint16_t> to(3 * s.elements());
+              bench.measure_gpu(row, [&] {
+                  for (int i = 0; i < 3; ++i)
+                    CUDA_CHECK(cudaMemcpyAsync(to.get() + i * s.elements(), i == 0 ? dev->q() : i == 1 ? dev->k() : dev->v(),
+                                               bytes, cudaMemcpyDeviceToDevice));
+                }, [&] {  // the copy of V, exactly
+                  const auto all = to.download();
+                  std::vector<float> got(all.begin() + 2 * s.elements(), all.end());
+                  std::vector<double> want(in.Vh.begin(), in.Vh.end());
+                  return course::compare(got.data(), want.data(), got.size(), 0.0);
+                });
             }
 #endif
             bench.add(row);

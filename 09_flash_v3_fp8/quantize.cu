@@ -1,12 +1,10 @@
 // The quantisation kernels: fp16 or bf16 Q, K, V to e4m3 and their descales, the same bytes as the
 // CPU's quantize (fp8.cpp) computes, and V written transposed for the kernel's P·V.
 //
-// One thread block takes one scale block (128 rows of one head) of one tensor (blockIdx.z: Q, K,
-// V); each of its 8 warps 16 rows, a row across the warp's 32 lanes (d/32 values a lane, one 8- or
-// 4-byte load) or, for Q and K with the transform, across 4 (fwht_quad). A warp issues the loads of all
-// its 16 rows before it uses any: without the transform the kernel is bound by memory, and the bytes in
-// flight are what keeps the memory busy. With it, a row across 32 lanes took 20 shuffles at d = 128,
-// which added their time to the bytes'; across 4 lanes (below), 8.
+// The unit of work is a scale block (128 rows of one head) of one tensor (Q, K or V). A persistent
+// thread block takes one after another (fp8_quantize, below), its rows brought by the copy engine
+// into shared memory a few blocks ahead; each of its 8 warps takes 16 rows, a row across the warp's
+// 32 lanes (d/32 values a lane) or, for Q and K with the transform, across 4 (fwht_quad).
 // A row with incoherent processing (Q and K): times the signs, then the fast Walsh–Hadamard transform in
 // registers, each butterfly (a, b) -> (a + b, a − b) as fwht does on the CPU, in the same order of strides;
 // then times 1/√d. O(d log d) a row: 7 rounds at d = 128. Such a row goes across 4 lanes, not 32 (see
@@ -30,6 +28,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -98,6 +98,14 @@ __device__ inline uint32_t byte_column(uint32_t a, uint32_t b, uint32_t c, uint3
   return __byte_perm(__byte_perm(a, b, sel), __byte_perm(c, d, sel), 0x5410);
 }
 
+// max(a, |b|), NaN if either is (PTX max.NaN): a block's amax is then finite exactly when its values are, and
+// checking it stands for checking every value.
+__device__ inline float max_abs_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(fabsf(b)));
+  return r;
+}
+
 // Incoherent processing of Q and K, by "quads": a row across 4 lanes (D/4 values a lane, 8 rows of a warp at a
 // time), where a row across 32 lanes pays 5 rounds of shuffles (20 a row at d = 128), the bound of the kernel.
 // Lane p = lane % 4 of a row's four holds its chunks j·4 + p of 8 values (j < D/32): element c = 32j + 8p + o,
@@ -123,171 +131,202 @@ __device__ inline void fwht_quad(At x, int p) {
 #pragma unroll
     for (int k = 0; k < kVals; ++k) {
       const float partner = __shfl_xor_sync(0xffffffffu, x(k), q);
-      x(k) = (p & q) == 0 ? x(k) + partner : partner - x(k);
+      x(k) = fmaf(x(k), (p & q) == 0 ? 1.0f : -1.0f, partner);  // x + partner or partner − x: one FFMA, exact as either
     }
 #pragma unroll
   for (int bit = 8; bit < kVals; bit *= 2) inside(bit);  // strides 32 (and 64 at d = 128): between chunks
 }
 
-// At least 2 blocks an SM, so up to 128 registers a thread: with all 16 rows loaded first, the incoherent
-// and centred kernels need up to 111 (ptxas's own choice, 80, spilled). Those above 85 registers fit 2 blocks an SM.
-// The transform at d = 128, not centred, asks for 3 (80 registers, no spill): at 92 it fitted 2, and Nsight Compute
-// found it bound by latency there (25% occupancy: 1.2 warps of 3.8 ready a scheduler, the issue slots 56% busy, the
-// memory 54%; chapter 09). What it should buy: the occupancy of per block without the transform (37.5%), whose
-// kernel reaches 85% of DRAM's peak: per block + Hadamard 0.113 -> 0.085-0.095 ms on an H200. Measured there: 0.097
-// ms (3 blocks, 5.7 warps a scheduler where there were 3.8, DRAM 64% busy): narrowly missed. Centred, it spills
-// at 80 (16 to 44 bytes), and keeps 2.
+// A persistent block (a few an SM, the grid at most what fits at once) takes the scale blocks items
+// blockIdx.x, blockIdx.x + gridDim.x, ...: item (z·heads + h)·blocks + b is block b of head h of tensor z.
+// Its inputs (128 rows × D values, contiguous: 32 KB at d = 128) come by the copy engine (bulk_load) into
+// a ring of kStages tiles in shared memory, kStages items ahead: the loads are in flight while the
+// warps transform, reduce and store, so the memory stays busy whatever the arithmetic costs. (With each
+// warp loading its own rows into registers, the transform's kernel was bound by latency: 25-37%
+// occupancy, DRAM 54-64% busy; chapter 09.) A tile is free again after the block's amax barrier, which
+// every thread passes only after its reads of it.
+constexpr int kStages = 3;
+template <int D>
+constexpr int kTileBytes = kScaleRows * D * 2;  // one item's 16-bit inputs
+template <int D>
+constexpr int kRingBytes = kStages * kTileBytes<D>;
+
 template <class T, int D, bool kIncoherent, bool kAmaxOnly, bool kCentreV>
-__global__ void __launch_bounds__(kWarps * 32, kIncoherent && !kCentreV && D == 128 ? 3 : 2)
-    fp8_quantize(Tensors t, int N, int blocks, bool per_tensor, SignBits signs, float inv_sqrt_d) {
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    fp8_quantize(Tensors t, int N, int heads, int blocks, bool per_tensor, SignBits signs, float inv_sqrt_d) {
   constexpr int E = D / 32;
-  const int z = blockIdx.z, b = blockIdx.x, h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // (Chosen by ?: rather than indexed by z, which would copy the arrays to local memory.)
-  auto pick = [z](auto a, auto b, auto c) { return z == 0 ? a : z == 1 ? b : c; };
-  const T* x = static_cast<const T*>(pick(t.in[0], t.in[1], t.in[2])) + size_t(h) * N * D;
-  const bool transform = kIncoherent && z < 2;  // Q and K; V as it is, less v̄
-  float mu[E];  // kCentreV: V's column means, subtracted (the other tensors, or without centring: none)
-#pragma unroll
-  for (int i = 0; i < E; ++i) mu[i] = kCentreV && z == 2 ? t.v_mean[size_t(h) * D + lane * E + i] : 0.0f;
-  // The warp's 16 rows: all their loads issued before the first is used. v and raw hold them in the rows'
-  // layout (v[r][i]: element lane·E + i of row r) or, with the transform, in the quads' (value k of pass π
-  // is v's (π·E·8 + k)-th float, its chunk j = k / 8 the raw words 4·(π·E + j) .. + 3): the same registers.
-  uint32_t raw[kRowsPerWarp][E / 2];
-  float v[kRowsPerWarp][E];
-  auto raw_at = [&](int w) -> uint32_t& { return raw[w / (E / 2)][w % (E / 2)]; };
-  auto v_at = [&](int f) -> float& { return v[f / E][f % E]; };
-  constexpr int kPasses = kRowsPerWarp / 8, kQuadVals = D / 4;  // the quads: 2 passes of 8 rows, D/4 values a lane
-  const int g = lane / 4, p = lane % 4;                          // the quads: a pass's row, the lane within it
-  float amax = 0.0f;
-  int bad = 0;
-  if (transform) {
-#pragma unroll
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int row = b * kScaleRows + warp * kRowsPerWarp + pass * 8 + g;
-#pragma unroll
-      for (int j = 0; j < E; ++j) {
-        const T* src = x + size_t(row < N ? row : 0) * D + (j * 4 + p) * 8;
-        const uint4 u = row < N ? *reinterpret_cast<const uint4*>(src) : make_uint4(0u, 0u, 0u, 0u);
-        const int w = 4 * (pass * E + j);
-        raw_at(w) = u.x, raw_at(w + 1) = u.y, raw_at(w + 2) = u.z, raw_at(w + 3) = u.w;
-      }
-    }
-#pragma unroll
-    for (int pass = 0; pass < kPasses; ++pass) {
-      auto at = [&](int k) -> float& { return v_at(pass * kQuadVals + k); };
-#pragma unroll
-      for (int k = 0; k < kQuadVals; k += 2) {
-        const float2 f = to_float2(raw_at((pass * kQuadVals + k) / 2), T{});
-        at(k) = f.x, at(k + 1) = f.y;
-      }
-#pragma unroll
-      for (int k = 0; k < kQuadVals; ++k) {
-        bad += !isfinite(at(k));
-        // element 32j + 8p + o's sign: bit 8p + o of the signs' word j
-        if ((signs.bits[k / 8] >> (8 * p + k % 8)) & 1) at(k) = -at(k);
-      }
-      fwht_quad<D>(at, p);
-#pragma unroll
-      for (int k = 0; k < kQuadVals; ++k) {
-        at(k) *= inv_sqrt_d;
-        amax = fmaxf(amax, fabsf(at(k)));
-      }
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int row = b * kScaleRows + warp * kRowsPerWarp + r;
-      load_part<E>(x + size_t(row < N ? row : 0) * D + lane * E, row < N, raw[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int row = b * kScaleRows + warp * kRowsPerWarp + r;
-      unpack_part<T, E>(raw[r], v[r]);
-#pragma unroll
-      for (int i = 0; i < E; ++i) bad += !isfinite(v[r][i]);
-      if (kCentreV && z == 2 && row < N)  // (padding rows stay 0: no key)
-#pragma unroll
-        for (int i = 0; i < E; ++i) v[r][i] -= mu[i];
-#pragma unroll
-      for (int i = 0; i < E; ++i) amax = fmaxf(amax, fabsf(v[r][i]));
-    }
-  }
-  // The block's amax: the warp's, then the 8 warps' in shared memory.
-  __shared__ float warp_amax[kWarps];
+  extern __shared__ __align__(128) uint8_t ring[];  // kStages tiles of kScaleRows rows × D inputs
+  __shared__ uint64_t full[kStages];                 // tile s has landed
+  __shared__ float warp_amax[2][kWarps];             // two items' worth: a fast warp may write the next one's
   // V only: Vᵀ's D rows of 128 positions, as 8 chunks of 16 bytes a row; chunk q of row c is stored at
   // q ^ ((c / E) % 8), so that the 8 lanes of a store's phase (rows c = lane·E + i) and the 8 threads of a
   // load's phase (one row's 8 chunks) each meet 8 different chunks: all 32 banks, no conflict.
   __shared__ uint4 tile[D][kScaleRows / 16];
-#pragma unroll
-  for (int m = 16; m > 0; m /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-  if (lane == 0) warp_amax[warp] = amax;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, items = 3 * heads * blocks;
+  const int g = lane / 4, p = lane % 4;  // the quads: a pass's row, the lane within it
+  // The CTA's it-th item: its tensor, head and block.
+  auto item_of = [&](int it, int& z, int& h, int& b) {
+    const int item = blockIdx.x + it * gridDim.x;
+    b = item % blocks, h = item / blocks % heads, z = item / blocks / heads;
+    return item < items;
+  };
+  // (Chosen by ?: rather than indexed by z, which would copy the arrays to local memory.)
+  auto pick = [](int z, auto a, auto b, auto c) { return z == 0 ? a : z == 1 ? b : c; };
+  auto issue = [&](int it) {  // thread 0: the it-th item's rows into tile it % kStages
+    int z, h, b;
+    if (!item_of(it, z, h, b)) return;
+    const int rows = min(kScaleRows, N - b * kScaleRows);
+    const T* src = static_cast<const T*>(pick(z, t.in[0], t.in[1], t.in[2])) + (size_t(h) * N + size_t(b) * kScaleRows) * D;
+    const unsigned bytes = unsigned(rows) * D * sizeof(T);
+    hopper::mbarrier_arrive_expect_tx(&full[it % kStages], bytes);
+    hopper::bulk_load(ring + (it % kStages) * kTileBytes<D>, src, bytes, &full[it % kStages]);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) hopper::mbarrier_init(&full[s], 1);
+    hopper::fence_barrier_init();
+  }
   __syncthreads();
-  amax = warp_amax[0];
+  if (threadIdx.x == 0)
+    for (int it = 0; it < kStages; ++it) issue(it);
+  constexpr int kPasses = kRowsPerWarp / 8, kQuadVals = D / 4;  // the quads: 2 passes of 8 rows, D/4 values a lane
+  // The transform's signs in the lane's words: value k of a pass (element 32·(k/8) + 8p + k%8) is the low half
+  // of word k/2 if k is even, else its high half; word w's two signs sit at bits 15 − w and 31 − w, so
+  // (flips << w) & 0x80008000 is the word's XOR mask (one shift and one LOP3 a word).
+  uint32_t flips = 0;
+  if constexpr (kIncoherent)
+    for (int k = 0; k < kQuadVals; ++k)
+      flips |= ((signs.bits[k / 8] >> (8 * p + k % 8)) & 1u) << (k % 2 == 0 ? 15 - k / 2 : 31 - k / 2);
+  int z, h, b;
+  for (int it = 0; item_of(it, z, h, b); ++it) {
+    const T* x = reinterpret_cast<const T*>(ring + (it % kStages) * kTileBytes<D>);  // the item's rows, from row b·128
+    const bool transform = kIncoherent && z < 2;  // Q and K; V as it is, less v̄
+    float mu[E];  // kCentreV: V's column means, subtracted (the other tensors, or without centring: none)
 #pragma unroll
-  for (int w = 1; w < kWarps; ++w) amax = fmaxf(amax, warp_amax[w]);
-  if constexpr (kAmaxOnly) {
-    if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(t.amax) + z, __float_as_int(amax));
-    return;
-  } else {
-    if (bad != 0) atomicAdd(t.bad, bad);
-    if (per_tensor) amax = t.amax[z];
-    amax = scale_amax(amax);
-    const float inv = amax > 0.0f ? kE4m3Max / amax : 1.0f;  // as quantize() on the CPU
-    if (threadIdx.x == 0)
-      pick(t.scale[0], t.scale[1], t.scale[2])[size_t(h) * blocks + b] = amax > 0.0f ? amax / kE4m3Max : 1.0f;
-    if (transform) {  // Q, K transformed: 8 bytes a chunk, the four lanes of a row 32 contiguous bytes a store
-      uint8_t* out = (z == 0 ? t.out[0] : t.out[1]) + size_t(h) * N * D;
+    for (int i = 0; i < E; ++i) mu[i] = kCentreV && z == 2 ? t.v_mean[size_t(h) * D + lane * E + i] : 0.0f;
+    // The warp's 16 rows, in the rows' layout (v[r][i]: element lane·E + i of row r) or, with the
+    // transform, in the quads' (value k of pass π is v's (π·E·8 + k)-th float): the same registers.
+    float v[kRowsPerWarp][E];
+    auto v_at = [&](int f) -> float& { return v[f / E][f % E]; };
+    float amax = 0.0f;  // NaN if any value is (max_abs_nan)
+    hopper::mbarrier_wait(&full[it % kStages], (it / kStages) & 1);
+    if (transform) {
 #pragma unroll
       for (int pass = 0; pass < kPasses; ++pass) {
-        const int row = b * kScaleRows + warp * kRowsPerWarp + pass * 8 + g;
-        if (row < N)
+        const int r = warp * kRowsPerWarp + pass * 8 + g;  // the row within the block
+        const bool valid = b * kScaleRows + r < N;
+        auto at = [&](int k) -> float& { return v_at(pass * kQuadVals + k); };
 #pragma unroll
-          for (int j = 0; j < E; ++j) {
-            auto at = [&](int o) { return v_at(pass * kQuadVals + j * 8 + o) * inv; };
-            *reinterpret_cast<uint2*>(out + size_t(row) * D + (j * 4 + p) * 8) =
-                make_uint2(hopper::pack_e4m3(at(0), at(1), at(2), at(3)), hopper::pack_e4m3(at(4), at(5), at(6), at(7)));
+        for (int j = 0; j < E; ++j) {
+          const uint4 u = valid ? *reinterpret_cast<const uint4*>(x + r * D + (j * 4 + p) * 8) : make_uint4(0u, 0u, 0u, 0u);
+          const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {  // times the signs (a 16-bit value's sign is its top bit), as floats
+            const int word = 4 * j + q;
+            const float2 f = to_float2(w[q] ^ ((flips << word) & 0x80008000u), T{});
+            at(8 * j + 2 * q) = f.x, at(8 * j + 2 * q + 1) = f.y;
           }
-      }
-    } else if (z < 2) {  // Q, K: the rows as they are, E bytes a lane, a warp's 32 lanes one row
-      uint8_t* out = (z == 0 ? t.out[0] : t.out[1]) + size_t(h) * N * D;
+        }
+        fwht_quad<D>(at, p);
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int row = b * kScaleRows + warp * kRowsPerWarp + r;
-        if (row >= N) break;
-        if constexpr (E == 4) {
-          *reinterpret_cast<uint32_t*>(out + size_t(row) * D + lane * 4) =
-              hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
-        } else {
-          *reinterpret_cast<uint16_t*>(out + size_t(row) * D + lane * 2) =
-              uint16_t(hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, 0.0f, 0.0f));
+        for (int k = 0; k < kQuadVals; ++k) {
+          at(k) *= inv_sqrt_d;
+          amax = max_abs_nan(amax, at(k));
         }
       }
-    } else {  // V: into Vᵀ's rows through shared memory, keys in key_position's order
-      // A lane holds its E columns of the warp's 16 keys (zeros past N), which key_position lays out as
-      // 16 consecutive positions: position 4t + 2a + b holds key 8a + 2t + b. So each column's 16 bytes are
-      // put in order in registers (byte_column: word t is keys 2t, 2t + 1, 8 + 2t, 9 + 2t) and stored as
-      // one chunk: 16-byte stores, where one byte at a time had put 32 lanes' stores in one bank.
-      uint32_t bytes[kRowsPerWarp];  // key r's E bytes
+    } else {
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
-        if constexpr (E == 4) bytes[r] = hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
-        else bytes[r] = hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, 0.0f, 0.0f);
-      }
+        const int lr = warp * kRowsPerWarp + r;
+        const bool valid = b * kScaleRows + lr < N;
+        uint32_t raw[E / 2];
+        load_part<E>(x + lr * D + lane * E, valid, raw);
+        unpack_part<T, E>(raw, v[r]);
+        if (kCentreV && z == 2 && valid)  // (padding rows stay 0: no key)
 #pragma unroll
-      for (int i = 0; i < E; ++i) {
-        uint32_t chunk[4];  // positions 4tq .. 4tq + 3 of column lane·E + i
+          for (int i = 0; i < E; ++i) v[r][i] -= mu[i];
 #pragma unroll
-        for (int tq = 0; tq < 4; ++tq)
-          chunk[tq] = byte_column(bytes[2 * tq], bytes[2 * tq + 1], bytes[8 + 2 * tq], bytes[9 + 2 * tq], i);
-        tile[lane * E + i][warp ^ (lane % 8)] = make_uint4(chunk[0], chunk[1], chunk[2], chunk[3]);
+        for (int i = 0; i < E; ++i) amax = max_abs_nan(amax, v[r][i]);
       }
-      __syncthreads();
-      const int Np = padded_keys(N);
-      uint8_t* out = t.out[2] + size_t(h) * D * Np;
-      const int k0 = b * kScaleRows;
-      for (int f = threadIdx.x; f < D * kScaleRows / 16; f += kWarps * 32) {  // 16 bytes a thread
-        const int c = f / (kScaleRows / 16), q = f % (kScaleRows / 16);
-        if (k0 + 16 * q < Np) *reinterpret_cast<uint4*>(out + size_t(c) * Np + k0 + 16 * q) = tile[c][q ^ ((c / E) % 8)];
+    }
+    // The block's amax: the warp's, then the 8 warps' in shared memory. After this barrier every thread
+    // has read the tile: thread 0 refills it, kStages items ahead (the fence orders the reads before the
+    // copy engine's writes).
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) amax = max_abs_nan(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+    if (lane == 0) warp_amax[it % 2][warp] = amax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      hopper::fence_proxy_async();
+      issue(it + kStages);
+    }
+    amax = warp_amax[it % 2][0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) amax = max_abs_nan(amax, warp_amax[it % 2][w]);
+    if constexpr (kAmaxOnly) {
+      if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(t.amax) + z, __float_as_int(amax));
+      continue;
+    } else {
+      if (threadIdx.x == 0 && !(amax <= FLT_MAX)) atomicAdd(t.bad, 1);  // a NaN or inf among the block's values
+      if (per_tensor) amax = t.amax[z];
+      amax = scale_amax(amax);
+      const float inv = amax > 0.0f ? kE4m3Max / amax : 1.0f;  // as quantize() on the CPU
+      if (threadIdx.x == 0)
+        pick(z, t.scale[0], t.scale[1], t.scale[2])[size_t(h) * blocks + b] = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+      if (transform) {  // Q, K transformed: 8 bytes a chunk, the four lanes of a row 32 contiguous bytes a store
+        uint8_t* out = (z == 0 ? t.out[0] : t.out[1]) + size_t(h) * N * D;
+#pragma unroll
+        for (int pass = 0; pass < kPasses; ++pass) {
+          const int row = b * kScaleRows + warp * kRowsPerWarp + pass * 8 + g;
+          if (row < N)
+#pragma unroll
+            for (int j = 0; j < E; ++j) {
+              auto at = [&](int o) { return v_at(pass * kQuadVals + j * 8 + o) * inv; };
+              *reinterpret_cast<uint2*>(out + size_t(row) * D + (j * 4 + p) * 8) =
+                  make_uint2(hopper::pack_e4m3(at(0), at(1), at(2), at(3)), hopper::pack_e4m3(at(4), at(5), at(6), at(7)));
+            }
+        }
+      } else if (z < 2) {  // Q, K: the rows as they are, E bytes a lane, a warp's 32 lanes one row
+        uint8_t* out = (z == 0 ? t.out[0] : t.out[1]) + size_t(h) * N * D;
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          const int row = b * kScaleRows + warp * kRowsPerWarp + r;
+          if (row >= N) break;
+          if constexpr (E == 4) {
+            *reinterpret_cast<uint32_t*>(out + size_t(row) * D + lane * 4) =
+                hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
+          } else {
+            *reinterpret_cast<uint16_t*>(out + size_t(row) * D + lane * 2) =
+                uint16_t(hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, 0.0f, 0.0f));
+          }
+        }
+      } else {  // V: into Vᵀ's rows through shared memory, keys in key_position's order
+        // A lane holds its E columns of the warp's 16 keys (zeros past N), which key_position lays out as
+        // 16 consecutive positions: position 4t + 2a + b holds key 8a + 2t + b. So each column's 16 bytes are
+        // put in order in registers (byte_column: word t is keys 2t, 2t + 1, 8 + 2t, 9 + 2t) and stored as
+        // one chunk: 16-byte stores, where one byte at a time had put 32 lanes' stores in one bank.
+        uint32_t bytes[kRowsPerWarp];  // key r's E bytes
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          if constexpr (E == 4) bytes[r] = hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, v[r][2] * inv, v[r][3] * inv);
+          else bytes[r] = hopper::pack_e4m3(v[r][0] * inv, v[r][1] * inv, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int i = 0; i < E; ++i) {
+          uint32_t chunk[4];  // positions 4tq .. 4tq + 3 of column lane·E + i
+#pragma unroll
+          for (int tq = 0; tq < 4; ++tq)
+            chunk[tq] = byte_column(bytes[2 * tq], bytes[2 * tq + 1], bytes[8 + 2 * tq], bytes[9 + 2 * tq], i);
+          tile[lane * E + i][warp ^ (lane % 8)] = make_uint4(chunk[0], chunk[1], chunk[2], chunk[3]);
+        }
+        // (The previous item's reads of the tile are behind this item's amax barrier.)
+        __syncthreads();
+        const int Np = padded_keys(N);
+        uint8_t* out = t.out[2] + size_t(h) * D * Np;
+        const int k0 = b * kScaleRows;
+        for (int f = threadIdx.x; f < D * kScaleRows / 16; f += kWarps * 32) {  // 16 bytes a thread
+          const int c = f / (kScaleRows / 16), q = f % (kScaleRows / 16);
+          if (k0 + 16 * q < Np) *reinterpret_cast<uint4*>(out + size_t(c) * Np + k0 + 16 * q) = tile[c][q ^ ((c / E) % 8)];
+        }
       }
     }
   }
@@ -345,12 +384,10 @@ void launch_quantize(const Shape& s, course::Dtype t, const std::vector<float>& 
                   std::string("FP8 quantisation takes fp16 or bf16, not ") + course::name(t));
   course::require(s.d == 64 || s.d == 128, "stage 09 runs d = 64 or 128, not d = " + std::to_string(s.d));
   course::require(!scheme.incoherent || int(signs.size()) == s.d, "incoherent processing needs d signs");
-  // A lane loads its part of a row as one word: 16 bytes for Q and K with the transform, else 8 (4 would do at
-  // d = 64); the transform's Q and K bytes are stored 8 at a time.
+  // The copy engine takes each block's rows whole: 16-byte aligned sources (the rows of a block are
+  // 128 · d · 2 bytes, a multiple of 16). The transform's Q and K bytes are stored 8 at a time.
   const auto aligned = [](const void* p, std::uintptr_t n) { return reinterpret_cast<std::uintptr_t>(p) % n == 0; };
-  const std::uintptr_t qk = scheme.incoherent ? 16 : 8;
-  course::require(aligned(Q, qk) && aligned(K, qk) && aligned(V, 8),
-                  "FP8 quantisation: Q and K must be " + std::to_string(qk) + "-byte aligned, V 8-byte aligned");
+  course::require(aligned(Q, 16) && aligned(K, 16) && aligned(V, 16), "FP8 quantisation: Q, K and V must be 16-byte aligned");
   course::require(aligned(out.Q, 8) && aligned(out.K, 8), "FP8 quantisation: its Q and K outputs must be 8-byte aligned");
   SignBits bits{};
   if (scheme.incoherent)
@@ -363,15 +400,25 @@ void launch_quantize(const Shape& s, course::Dtype t, const std::vector<float>& 
                         out.v_mean};
   const bool per_tensor = scheme.granularity == Granularity::tensor;
   const float inv_sqrt_d = 1.0f / std::sqrt(float(s.d));  // the CPU's transform_rows uses the same float
-  const dim3 grid(unsigned(blocks), unsigned(s.heads()), 3);
-  auto run = [&](auto kernel_of) {
+  const long long items = 3LL * s.heads() * blocks;
+  course::require(items <= 0x7fffffff, "stage 09's quantisation: at most 2^31 - 1 scale blocks (3 * B*H * N/128)");
+  // The persistent kernels' grid: as many blocks as fit on the GPU at once, at most one an item.
+  auto run = [&](auto kernel_of, int smem) {
+    const auto launch = [&](auto kernel, bool per) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      int per_sm = 0;
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
+      course::require(per_sm > 0, "stage 09's quantisation: its block does not fit on this GPU");
+      const int grid = int(std::min<long long>(items, 1LL * per_sm * course::gpu().sm_count));
+      kernel<<<grid, kWarps * 32, smem>>>(tensors, s.N, s.heads(), blocks, per, bits, inv_sqrt_d);
+      CUDA_CHECK_LAUNCH();
+    };
+    CUDA_CHECK(cudaMemsetAsync(out.bad, 0, sizeof(int)));
     if (per_tensor) {
       CUDA_CHECK(cudaMemsetAsync(out.amax, 0, 3 * sizeof(float)));
-      kernel_of(std::true_type{})<<<grid, kWarps * 32>>>(tensors, s.N, blocks, true, bits, inv_sqrt_d);
-      CUDA_CHECK_LAUNCH();
+      launch(kernel_of(std::true_type{}), true);
     }
-    kernel_of(std::false_type{})<<<grid, kWarps * 32>>>(tensors, s.N, blocks, per_tensor, bits, inv_sqrt_d);
-    CUDA_CHECK_LAUNCH();
+    launch(kernel_of(std::false_type{}), per_tensor);
   };
   auto with = [&](auto type, auto d) {
     using T = decltype(type);
@@ -388,12 +435,12 @@ void launch_quantize(const Shape& s, course::Dtype t, const std::vector<float>& 
     }
     // The four kernels: with or without the transform, V centred or not (an amax-only form of each).
     if (scheme.incoherent && scheme.centre_v)
-      run([](auto amax_only) { return fp8_quantize<T, D, true, decltype(amax_only)::value, true>; });
+      run([](auto amax_only) { return fp8_quantize<T, D, true, decltype(amax_only)::value, true>; }, kRingBytes<D>);
     else if (scheme.incoherent)
-      run([](auto amax_only) { return fp8_quantize<T, D, true, decltype(amax_only)::value, false>; });
+      run([](auto amax_only) { return fp8_quantize<T, D, true, decltype(amax_only)::value, false>; }, kRingBytes<D>);
     else if (scheme.centre_v)
-      run([](auto amax_only) { return fp8_quantize<T, D, false, decltype(amax_only)::value, true>; });
-    else run([](auto amax_only) { return fp8_quantize<T, D, false, decltype(amax_only)::value, false>; });
+      run([](auto amax_only) { return fp8_quantize<T, D, false, decltype(amax_only)::value, true>; }, kRingBytes<D>);
+    else run([](auto amax_only) { return fp8_quantize<T, D, false, decltype(amax_only)::value, false>; }, kRingBytes<D>);
   };
   const bool half = t == course::Dtype::fp16;
   if (s.d == 64) half ? with(__half{}, std::integral_constant<int, 64>{}) : with(__nv_bfloat16{}, std::integral_constant<int, 64>{});
@@ -403,8 +450,9 @@ void launch_quantize(const Shape& s, course::Dtype t, const std::vector<float>& 
 void check_quantized(const Shape& s, const DeviceFp8& q) {
   int bad = 0;
   CUDA_CHECK(cudaMemcpy(&bad, q.bad, sizeof bad, cudaMemcpyDeviceToHost));
-  course::require(bad == 0, "FP8 quantisation: the input holds " + std::to_string(bad) +
-                                " NaN or inf values; no scale can represent them");
+  course::require(bad == 0, "FP8 quantisation: " + std::to_string(bad) +
+                                " blocks of 128 rows hold NaN or inf (after the transform, where there is one); no scale can "
+                                "represent them");
   const int blocks = (s.N + kScaleRows - 1) / kScaleRows;
   std::vector<float> v(std::size_t(s.heads()) * blocks);
   CUDA_CHECK(cudaMemcpy(v.data(), q.v_scale, v.size() * sizeof(float), cudaMemcpyDeviceToHost));

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <list>
 #include <string>
 #include <vector>
 
@@ -64,33 +65,38 @@ TEST_CASE("every rung and ablation, every scheme it takes: O and L within twice 
         const Dtype t = n % 2 == 0 ? Dtype::fp16 : Dtype::bf16;  // both dtypes over the Ns
         const Shape s{1, 3, Ns[n], d, causal};
         const std::uint64_t seed = course::fresh_seed();
-        const Inputs in = make_inputs(s, t, seed);
+        Expected e(s, t, make_inputs(s, t, seed), seed);
         CAPTURE(s.text());
         CAPTURE(seed);
         for (const Fp8Variant* v : variants_at(t, d))
           for (const Scheme& scheme : schemes())
-            if (v->takes(scheme, d)) check(*v, s, t, in, scheme, seed);
+            if (v->takes(scheme, d)) check(*v, e, scheme);
       }
 }
 
 TEST_CASE("the last rungs: large logits (Q times 20), FA-3's outlier inputs, many heads and N = 4097") {
   const std::uint64_t seed = course::fresh_seed();
   CAPTURE(seed);
-  for (const char* rung : {"row_sum", "epilogue", "lin"}) {
-    const Fp8Variant& v = fp8_registry().find(rung);
-    for (const Scheme& scheme : schemes()) {
-      for (int d : {64, 128}) {
-        if (!v.supports(Dtype::fp16, d) || !v.takes(scheme, d)) continue;
-        const Shape big{2, 2, 513, d, true}, outliers{1, 2, 1000, d, false};
-        check(v, big, Dtype::bf16, make_inputs(big, Dtype::bf16, seed, 20.0f), scheme, seed);
-        check(v, outliers, Dtype::fp16, to_inputs(normal_inputs(outliers, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed),
-              scheme, seed);
-      }
-      if (!sanitizer && v.takes(scheme, 64) && v.supports(Dtype::fp16, 64)) {
-        const Shape s{4, 16, 4097, 64, true};
-        check(v, s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), scheme, seed);
-      }
-    }
+  const std::vector<const Fp8Variant*> last = {&fp8_registry().find("row_sum"), &fp8_registry().find("epilogue"),
+                                               &fp8_registry().find("lin")};
+  for (int d : {64, 128}) {
+    const Shape big{2, 2, 513, d, true}, outliers{1, 2, 1000, d, false};
+    Expected large(big, Dtype::bf16, make_inputs(big, Dtype::bf16, seed, 20.0f), seed);
+    Expected outlying(outliers, Dtype::fp16,
+                      to_inputs(normal_inputs(outliers, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed), seed);
+    for (const Fp8Variant* v : last)
+      for (const Scheme& scheme : schemes())
+        if (v->supports(Dtype::fp16, d) && v->takes(scheme, d)) {
+          check(*v, large, scheme);
+          check(*v, outlying, scheme);
+        }
+  }
+  if (!sanitizer) {
+    const Shape s{4, 16, 4097, 64, true};
+    Expected many(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), seed);
+    for (const Fp8Variant* v : last)
+      for (const Scheme& scheme : schemes())
+        if (v->supports(Dtype::fp16, 64) && v->takes(scheme, 64)) check(*v, many, scheme);
   }
 }
 
@@ -119,33 +125,37 @@ TEST_CASE("rung 7 runs P̃ by fp16's bit pattern: its O differs from the exponen
 // rising row (the optimistic max's fallback), large logits and outliers; one block taking every tile.
 TEST_CASE("the wide rungs (key blocks of 256): ragged N, rising keys, large logits, one block taking every tile") {
   const std::vector<int> Ns = sanitizer ? std::vector<int>{1, 257, 300} : std::vector<int>{1, 129, 256, 257, 300, 1000, 2049};
-  for (const Fp8Variant* v : variants_at(Dtype::fp16, 128)) {
-    if (!v->wide(128)) continue;
-    for (int cap : {0, 1}) {
-      const LaunchOptions options{cap, 0};
-      for (bool causal : {false, true})
-        for (int N : Ns) {
-          const Shape s{1, 2, N, 128, causal};
-          const std::uint64_t seed = course::fresh_seed();
-          CAPTURE(s.text());
+  std::vector<const Fp8Variant*> wide;
+  for (const Fp8Variant* v : variants_at(Dtype::fp16, 128))
+    if (v->wide(128)) wide.push_back(v);
+  for (bool causal : {false, true})
+    for (int N : Ns) {
+      const Shape s{1, 2, N, 128, causal};
+      const std::uint64_t seed = course::fresh_seed();
+      CAPTURE(s.text());
+      CAPTURE(seed);
+      Expected level(s, Dtype::fp16, normal(s, Dtype::fp16, seed), seed);
+      Expected uniform(s, Dtype::bf16, make_inputs(s, Dtype::bf16, seed), seed);
+      std::list<Expected> hard;  // the per-tensor schemes on each
+      if (N >= 300) hard.emplace_back(s, Dtype::fp16, rising_keys(s, Dtype::fp16, seed), seed);
+      if (N >= 1000) hard.emplace_back(s, Dtype::fp16, one_rising_row(s, Dtype::fp16, seed), seed);
+      if (N == 1000) {
+        hard.emplace_back(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), seed);
+        hard.emplace_back(s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed),
+                          seed);
+      }
+      for (const Fp8Variant* v : wide)
+        for (int cap : {0, 1}) {
           CAPTURE(cap);
-          CAPTURE(seed);
-          check(*v, s, Dtype::fp16, normal(s, Dtype::fp16, seed), schemes()[0], seed, options);
+          const LaunchOptions options{cap, 0};
+          check(*v, level, schemes()[0], options);
           if (cap == 0) {
-            check(*v, s, Dtype::bf16, make_inputs(s, Dtype::bf16, seed), schemes()[2], seed, options);
-            for (const Scheme& scheme : {schemes()[0], schemes()[2]}) {  // the per-tensor schemes
-              if (N >= 300) check(*v, s, Dtype::fp16, rising_keys(s, Dtype::fp16, seed), scheme, seed, options);
-              if (N >= 1000) check(*v, s, Dtype::fp16, one_rising_row(s, Dtype::fp16, seed), scheme, seed, options);
-              if (N == 1000) {
-                check(*v, s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed, 20.0f), scheme, seed, options);
-                check(*v, s, Dtype::fp16, to_inputs(normal_inputs(s, Dtype::fp16, seed, 0.001, 10.0), Dtype::fp16, seed),
-                      scheme, seed, options);
-              }
-            }
+            check(*v, uniform, schemes()[2], options);
+            for (Expected& e : hard)
+              for (const Scheme& scheme : {schemes()[0], schemes()[2]}) check(*v, e, scheme, options);
           }
         }
     }
-  }
 }
 
 // With 1 or 3 blocks each block takes many tiles one after another, so every hand-over between tiles
@@ -157,28 +167,33 @@ TEST_CASE("the wide rungs (key blocks of 256): ragged N, rising keys, large logi
 TEST_CASE("every rung on few blocks: each block takes many tiles, one after another; causal tiles in groups of heads") {
   const std::vector<int> Ns = sanitizer ? std::vector<int>{1, 300} : std::vector<int>{1, 129, 300, 700, 1000};
   for (int d : {64, 128})
-    for (const Fp8Variant* v : variants_at(Dtype::bf16, d))
-      for (int cap : {1, 3})
-        for (bool causal : {false, true})
-          for (int N : Ns) {
-            const Shape s{2, 3, N, d, causal};
-            const std::uint64_t seed = course::fresh_seed();
-            CAPTURE(s.text());
+    for (bool causal : {false, true})
+      for (int N : Ns) {
+        const Shape s{2, 3, N, d, causal};
+        const std::uint64_t seed = course::fresh_seed();
+        CAPTURE(s.text());
+        CAPTURE(seed);
+        Expected level(s, Dtype::bf16, normal(s, Dtype::bf16, seed), seed);
+        std::list<Expected> uniform;
+        if (N == 700) uniform.emplace_back(s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), seed);
+        for (const Fp8Variant* v : variants_at(Dtype::bf16, d))
+          for (int cap : {1, 3}) {
             CAPTURE(cap);
-            CAPTURE(seed);
-            check(*v, s, Dtype::bf16, normal(s, Dtype::bf16, seed), schemes()[0], seed, {cap, 0});
-            if (N == 700) check(*v, s, Dtype::fp16, make_inputs(s, Dtype::fp16, seed), schemes()[0], seed, {cap, 0});
+            check(*v, level, schemes()[0], {cap, 0});
+            for (Expected& e : uniform) check(*v, e, schemes()[0], {cap, 0});
           }
+      }
+  const Shape s{2, 3, sanitizer ? 300 : 700, 128, true};
+  const std::uint64_t seed = course::fresh_seed();
+  CAPTURE(seed);
+  Expected level(s, Dtype::bf16, normal(s, Dtype::bf16, seed), seed);
   for (const char* rung : {"tile_overlap", "tile_start", "epilogue", "lin"})
     for (int group : {4, 1})
       for (int cap : {1, 3}) {
-        const Shape s{2, 3, sanitizer ? 300 : 700, 128, true};
-        const std::uint64_t seed = course::fresh_seed();
         CAPTURE(rung);
         CAPTURE(group);
         CAPTURE(cap);
-        CAPTURE(seed);
-        check(fp8_registry().find(rung), s, Dtype::bf16, normal(s, Dtype::bf16, seed), schemes()[0], seed, {cap, group});
+        check(fp8_registry().find(rung), level, schemes()[0], {cap, group});
       }
 }
 

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <list>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,11 +34,12 @@ struct Run {
 // device's buffers alike), or nothing.
 using BeforeAttention = std::function<void(QuantizedInputs&, Fp8Buffers&)>;
 
-// Quantises `in` by `scheme` on the GPU, runs rung `v` on poisoned O and L, brings it all back.
+// Quantises `in` by `scheme` on the GPU, runs rung `v` on poisoned O and L, brings it all back; `cpu` is
+// the CPU's quantisation of the same inputs by the same scheme.
 inline Run run(const Fp8Variant& v, const Shape& s, course::Dtype t, const Inputs& in, const Scheme& scheme,
-               std::uint64_t sign_seed, const LaunchOptions& options = {}, const BeforeAttention& before = {}) {
+               QuantizedInputs cpu, const LaunchOptions& options = {}, const BeforeAttention& before = {}) {
   Run r;
-  r.cpu = quantize_inputs(s, in.Q, in.K, in.V, scheme, sign_seed);
+  r.cpu = std::move(cpu);
   course::DeviceBuffer<std::uint16_t> Q(in.Qh), K(in.Kh), V(in.Vh), O(s.elements());
   course::DeviceBuffer<float> L(std::size_t(s.heads()) * s.N);
   Fp8Buffers q(s);
@@ -56,6 +60,39 @@ inline Run run(const Fp8Variant& v, const Shape& s, course::Dtype t, const Input
   r.L = L.download();
   return r;
 }
+inline Run run(const Fp8Variant& v, const Shape& s, course::Dtype t, const Inputs& in, const Scheme& scheme,
+               std::uint64_t sign_seed, const LaunchOptions& options = {}, const BeforeAttention& before = {}) {
+  return run(v, s, t, in, scheme, quantize_inputs(s, in.Q, in.K, in.V, scheme, sign_seed), options, before);
+}
+
+// The CPU's side of the checks on one problem's inputs: for each scheme, its quantisation and the float64 and
+// plain-FP8 reference on those bytes, made once and shared by every rung checked on them (they cost the CPU
+// far more than a rung's run costs the GPU).
+class Expected {
+ public:
+  struct Side {
+    QuantizedInputs q;
+    std::unique_ptr<Fp8Reference> ref;
+  };
+  Expected(const Shape& shape, course::Dtype dtype, Inputs inputs, std::uint64_t sign_seed)
+      : s(shape), t(dtype), in(std::move(inputs)), seed(sign_seed) {}
+  const Side& of(const Scheme& scheme) {
+    std::unique_ptr<Side>& side = sides_[scheme.name()];
+    if (!side) {
+      side = std::make_unique<Side>();
+      side->q = quantize_inputs(s, in.Q, in.K, in.V, scheme, seed);
+      side->ref = std::make_unique<Fp8Reference>(s, t, in.Q, in.K, in.V, side->q);
+    }
+    return *side;
+  }
+  const Shape s;
+  const course::Dtype t;
+  const Inputs in;
+  const std::uint64_t seed;
+
+ private:
+  std::map<std::string, std::unique_ptr<Side>> sides_;
+};
 
 inline std::size_t differing(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b) {
   if (a.size() != b.size()) return std::max(a.size(), b.size());
@@ -64,16 +101,9 @@ inline std::size_t differing(const std::vector<std::uint8_t>& a, const std::vect
   return n;
 }
 
-// Rung `v` on `in`, quantised by the scheme it runs when asked for `asked` (V centred for the wide
-// rungs): the quantisation gives the CPU's bytes and scales exactly (the same float operations in the
-// same order), and O and L lie within twice plain FP8's error of float64.
-inline void check(const Fp8Variant& v, const Shape& s, course::Dtype t, const Inputs& in, const Scheme& asked,
-                  std::uint64_t seed, const LaunchOptions& options = {}, const BeforeAttention& before = {}) {
-  const Scheme scheme = v.quantised_by(asked, s.d);
-  const std::string rung = v.name, name = scheme.name();
-  CAPTURE(rung);
-  CAPTURE(name);
-  const Run r = run(v, s, t, in, scheme, seed, options, before);
+// What a check holds a run to: the quantisation gave the CPU's bytes and scales exactly (the same float
+// operations in the same order), and O and L lie within twice plain FP8's error of float64 (`ref`).
+inline void expect_match(const Fp8Variant& v, const Run& r, const Fp8Reference& ref) {
   CHECK(differing(r.Q, r.cpu.Q.bytes) == 0);
   CHECK(differing(r.K, r.cpu.K.bytes) == 0);
   CHECK(differing(r.Vt, transpose_v(r.cpu.V)) == 0);
@@ -81,7 +111,6 @@ inline void check(const Fp8Variant& v, const Shape& s, course::Dtype t, const In
   CHECK(r.k_scale == r.cpu.K.scale);
   CHECK(r.v_scale == r.cpu.V.scale);
   CHECK(r.v_mean == r.cpu.v_mean);
-  const Fp8Reference ref(s, t, in.Q, in.K, in.V, r.cpu);
   // P̃ by the lin rule (up to 3.1% off 2^x, 1% high on average): L may sit up to log 1.031 from plain FP8's.
   const double lin_L = v.lin ? std::log1p(kLinMaxRelError) : 0.0;
   const auto O = ref.check_O(r.O.data()), L = ref.check_L(r.L.data(), lin_L);
@@ -89,6 +118,28 @@ inline void check(const Fp8Variant& v, const Shape& s, course::Dtype t, const In
   INFO("L: " << L.summary() << " (plain FP8 " << ref.plain_error_L() << ")\n" << L.first_mismatches);
   CHECK(O.ok());
   CHECK(L.ok());
+}
+
+// Rung `v` on e's inputs, quantised by the scheme it runs when asked for `asked` (V centred for the wide
+// rungs), held to expect_match.
+inline void check(const Fp8Variant& v, Expected& e, const Scheme& asked, const LaunchOptions& options = {}) {
+  const Scheme scheme = v.quantised_by(asked, e.s.d);
+  const std::string rung = v.name, name = scheme.name();
+  CAPTURE(rung);
+  CAPTURE(name);
+  const Expected::Side& side = e.of(scheme);
+  expect_match(v, run(v, e.s, e.t, e.in, scheme, side.q, options), *side.ref);
+}
+// The same on `in` alone; `before` may change the CPU's quantisation, the device's and `in` (the float64
+// reference is made from them after it).
+inline void check(const Fp8Variant& v, const Shape& s, course::Dtype t, const Inputs& in, const Scheme& asked,
+                  std::uint64_t seed, const LaunchOptions& options = {}, const BeforeAttention& before = {}) {
+  const Scheme scheme = v.quantised_by(asked, s.d);
+  const std::string rung = v.name, name = scheme.name();
+  CAPTURE(rung);
+  CAPTURE(name);
+  const Run r = run(v, s, t, in, scheme, seed, options, before);
+  expect_match(v, r, Fp8Reference(s, t, in.Q, in.K, in.V, r.cpu));
 }
 
 // Every rung and ablation of the registry that runs (dtype, d), and every scheme each takes there.

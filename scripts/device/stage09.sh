@@ -11,6 +11,8 @@
 #             B·N = 16384, fp16; counters on), then stage 08 in FlashAttention-3's tile order (tuned_lpt)
 #             beside the last rungs at causal N = 4096, LPT_PROCS processes in alternating orders
 #   accuracy  FA-3's accuracy table (N = 4096) at d = 128 and 64
+#   quant     the quantisation kernels beside a device-to-device copy (QUANT_CELLS "d N [--causal]" ...), each
+#             on its minimum bytes as a % of the copy's rate; with QUANT_VARIANTS naming rungs, FP8 end to end
 #   ceiling   an 8192^3 e4m3 matrix product through PyTorch's scaled matmul, median of 50 calls
 # Logs and CSVs land in $OUT; a short table is printed last.
 # Usage there: OUT=/dir STEPS=sass,test scripts/device/stage09.sh   (Eigen/doctest/CLI11 in .deps/)
@@ -61,10 +63,27 @@ fi
 
 if has test; then
   echo "=== tests ($(date +%T))"
-  timeout ${TEST_TIMEOUT:-450} $B/test_09_flash_v3_fp8_gpu --duration=true >"$OUT/test_gpu.log" 2>&1
-  note "test_09_flash_v3_fp8_gpu: rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/test_gpu.log" | tr '\n' ' ')"
-  grep -E "values differ|signed mean error" "$OUT/test_gpu.log" | sort | uniq | head -n 12 | sed 's/^/    /'
-  grep -B2 -A12 "ERROR" "$OUT/test_gpu.log" | head -n 60
+  # One process a test case, all at once (their time is the CPU's float64 references; the GPU is shared).
+  mapfile -t cases < <($B/test_09_flash_v3_fp8_gpu --list-test-cases --no-version 2>/dev/null | grep -vE '^\[doctest\]|^=+$' | sed '/^$/d')
+  pids=()
+  for i in "${!cases[@]}"; do
+    # (doctest's filters take wildcards: commas and brackets in a name would split or match otherwise)
+    pat=$(printf '%s' "${cases[$i]}" | sed 's/[][,*?]/?/g')
+    timeout ${TEST_TIMEOUT:-450} $B/test_09_flash_v3_fp8_gpu --duration=true "-tc=$pat" >"$OUT/test_gpu_$i.log" 2>&1 &
+    pids+=($!)
+  done
+  fails=0; asserts=0; ran=0
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"; rc=$?
+    n=$(grep -oE '^\[doctest\] assertions: +[0-9]+' "$OUT/test_gpu_$i.log" | grep -oE '[0-9]+$')
+    c=$(grep -oE '^\[doctest\] test cases: +[0-9]+ \| +[0-9]+ passed' "$OUT/test_gpu_$i.log" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+')
+    asserts=$((asserts + ${n:-0})); ran=$((ran + ${c:-0}))
+    [ "$rc" = 0 ] || { fails=$((fails + 1)); note "  FAILED rc=$rc: ${cases[$i]}"; grep -B2 -A12 "ERROR" "$OUT/test_gpu_$i.log" | head -n 40; }
+  done
+  cat "$OUT"/test_gpu_*.log >"$OUT/test_gpu.log"
+  note "test_09_flash_v3_fp8_gpu: ${#cases[@]} cases in parallel, $ran passed, $fails failed, $asserts assertions"
+  grep -hE "^[0-9.]+ s: " "$OUT"/test_gpu_*.log | sort -rn | head -n 4 | sed 's/^/    /'
+  grep -hE "values differ|signed mean error" "$OUT"/test_gpu_*.log | sort | uniq | head -n 12 | sed 's/^/    /'
 fi
 
 if has test08; then
@@ -149,6 +168,18 @@ for tag, old, new in (("09", "ab_old.csv", "ab_new.csv"), ("08", "ab08_old.csv",
                              f"spread {(max(nm) - min(nm)) / st.median(nm) * 100:.1f}%)")
         print(f"  {c:24s} " + " | ".join(parts))
 PY
+fi
+
+if has quant; then  # the quantisation beside a copy (and, with QUANT_VARIANTS naming rungs, FP8 end to end)
+  echo "=== quant ($(date +%T))"
+  for cell in ${QUANT_CELLS:-"128 4096" "64 4096"}; do
+    set -- $cell; d=$1 N=$2
+    timeout 200 $B/09_flash_v3_fp8 --tokens 16384 --heads $((2048 / d)) --seq $N --d $d ${3:-} --dtype fp16 \
+      --variants "${QUANT_VARIANTS:-copy,quant,quant_centred}" --schemes per_tensor,per_block,per_tensor_hadamard,per_block_hadamard \
+      --rounds 2 --reps 20 --no-counters --csv "$OUT/quant.csv" >>"$OUT/quant.log" 2>&1 || note "quant d=$d N=$N ${3:-}: rc=$?"
+  done
+  grep -E "not run|mismatch|FAIL" "$OUT/quant.log" | sort | uniq -c | head -n 10
+  python3 scripts/device/fp8_end_to_end.py "$OUT/quant.csv" | tee "$OUT/quant_table.txt"
 fi
 
 if has bench; then
