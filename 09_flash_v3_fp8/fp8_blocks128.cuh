@@ -206,6 +206,7 @@ enum class POperand { by_d, registers };
 template <bool kSumByMma, POperand kP, bool kLin = false>
 void launch_blocks128(const char* rung, const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L,
                       const LaunchOptions& options) {
+  require_problem(s, out);
   auto go = [&](auto type, auto d) {
     using T = decltype(type);
     constexpr int D = decltype(d)::value, kWG = consumer_warpgroups<D>(), kBr = 64 * kWG;

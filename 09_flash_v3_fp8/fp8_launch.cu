@@ -4,12 +4,16 @@
 
 namespace attention::fp8 {
 
-Launch prepare(const char* rung, const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L,
-               const LaunchOptions& options, int Br, int Bc, int q_box) {
+void require_problem(const Shape& s, course::Dtype out) {
   require_supported(s);
   course::require(out == course::Dtype::fp16 || out == course::Dtype::bf16,
                   std::string("FP8 attention writes O in fp16 or bf16, not ") + course::name(out));
   course::require(s.d == 64 || s.d == 128, "stage 09 runs d = 64 or 128, not d = " + std::to_string(s.d));
+}
+
+Launch prepare(const char* rung, const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L,
+               const LaunchOptions& options, int Br, int Bc, int q_box) {
+  require_problem(s, out);
   fa3::require_hopper("fp8");
   course::require(in.v_mean != nullptr, "fp8 attention: v_mean (the quantisation's v̄) is needed");
   if (Bc == kBcWide) {

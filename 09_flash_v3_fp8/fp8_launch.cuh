@@ -24,6 +24,9 @@ struct Launch {
   int* next_tile;
   int heads;
 };
+// The problem any rung takes: a supported shape, O in fp16 or bf16, d = 64 or 128 (first, before a
+// launcher picks a kernel by d).
+void require_problem(const Shape& s, course::Dtype out);
 // The checks every rung makes, then its maps and grid. Br: the rung's query rows a tile; Bc: its
 // keys a block (256: the wide rungs, which take V per tensor and centred: checked here).
 Launch prepare(const char* rung, const Shape& s, course::Dtype out, const DeviceFp8& in, void* O, float* L,
