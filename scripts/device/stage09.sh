@@ -11,7 +11,7 @@
 #             B·N = 16384, fp16; counters on), then stage 08 in FlashAttention-3's tile order (tuned_lpt)
 #             beside the last rungs at causal N = 4096, LPT_PROCS processes in alternating orders
 #   accuracy  FA-3's accuracy table (N = 4096) at d = 128 and 64
-#   quant     the quantisation kernels beside a device-to-device copy (QUANT_CELLS "d N [--causal]" ...), each
+#   quant     the quantisation kernels beside a device-to-device copy (QUANT_CELLS "d N [--causal];..."), each
 #             on its minimum bytes as a % of the copy's rate; with QUANT_VARIANTS naming rungs, FP8 end to end
 #   ceiling   an 8192^3 e4m3 matrix product through PyTorch's scaled matmul, median of 50 calls
 # Logs and CSVs land in $OUT; a short table is printed last.
@@ -172,7 +172,8 @@ fi
 
 if has quant; then  # the quantisation beside a copy (and, with QUANT_VARIANTS naming rungs, FP8 end to end)
   echo "=== quant ($(date +%T))"
-  for cell in ${QUANT_CELLS:-"128 4096" "64 4096"}; do
+  IFS=';' read -ra quant_cells <<<"${QUANT_CELLS:-128 4096;64 4096}"
+  for cell in "${quant_cells[@]}"; do
     set -- $cell; d=$1 N=$2
     timeout 200 $B/09_flash_v3_fp8 --tokens 16384 --heads $((2048 / d)) --seq $N --d $d ${3:-} --dtype fp16 \
       --variants "${QUANT_VARIANTS:-copy,quant,quant_centred}" --schemes per_tensor,per_block,per_tensor_hadamard,per_block_hadamard \
