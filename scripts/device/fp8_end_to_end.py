@@ -67,7 +67,7 @@ def main(path):
                 continue
             scheme = scheme.split("_hg")[0]
             centred = rung in WIDE and d == 128
-            q = by.get(("quant_centred." if centred else "quant.") + scheme)
+            q = by.get(f"quant_centred.{scheme}_centred" if centred else f"quant.{scheme}")
             if q is None:
                 print(f"  {v:30s} {by[v]:.4f} ms; no quantisation row for its scheme")
                 continue

@@ -64,7 +64,7 @@ fi
 if has test; then
   echo "=== tests ($(date +%T))"
   # One process a test case, all at once (their time is the CPU's float64 references; the GPU is shared).
-  mapfile -t cases < <($B/test_09_flash_v3_fp8_gpu --list-test-cases --no-version 2>/dev/null | grep -vE '^\[doctest\]|^=+$' | sed '/^$/d')
+  mapfile -t cases < <($B/test_09_flash_v3_fp8_gpu --list-test-cases --no-version 2>/dev/null | grep -vE '^\[doctest\]|^=+$|^GPU tests on|^SKIP' | sed '/^$/d')
   pids=()
   for i in "${!cases[@]}"; do
     # (doctest's filters take wildcards: commas and brackets in a name would split or match otherwise)
