@@ -141,25 +141,24 @@ __device__ inline void fwht_quad(At x, int p) {
 // blockIdx.x, blockIdx.x + gridDim.x, ...: item (z·heads + h)·blocks + b is block b of head h of tensor z.
 // Its inputs (128 rows × D values, contiguous: 32 KB at d = 128) come by the copy engine (bulk_load) into
 // a ring of kStages tiles in shared memory, kStages items ahead: the loads are in flight while the
-// warps transform, reduce and store, so the memory stays busy whatever the arithmetic costs. (With each
-// warp loading its own rows into registers, the transform's kernel was bound by latency: 25-37%
-// occupancy, DRAM 54-64% busy; chapter 09.) A tile is free again after the block's amax barrier, which
-// every thread passes only after its reads of it.
-// 96 KB of ring a block at either d (3 tiles at d = 128, 6 at d = 64): with 2 blocks an SM, 4 (8) tiles in
-// flight while one (two) are worked on; 3 tiles of 16 KB at d = 64 held 84 % of the copy where d = 128 held 92 %.
-template <int D>
-constexpr int kStages = D == 64 ? 6 : 3;
+// warps transform, reduce and store, and no warp's loads wait for its arithmetic. (A warp loading its
+// own rows into registers left the transform's kernel bound by latency: DRAM 54-64 % busy.) A tile is
+// free again after the block's amax barrier, which every thread passes only after its reads of it.
+// 3 tiles a block, 2 blocks an SM (112 KB of shared memory each at d = 128): on an H200 every scheme at
+// d = 128 moves its minimum bytes at 87-98 % of a copy's rate; at d = 64 the transform's arithmetic
+// still shows (77-83 %; the lab record).
+constexpr int kStages = 3;
 template <int D>
 constexpr int kTileBytes = kScaleRows * D * 2;  // one item's 16-bit inputs
 template <int D>
-constexpr int kRingBytes = kStages<D> * kTileBytes<D>;
+constexpr int kRingBytes = kStages * kTileBytes<D>;
 
 template <class T, int D, bool kIncoherent, bool kAmaxOnly, bool kCentreV>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     fp8_quantize(Tensors t, int N, int heads, int blocks, bool per_tensor, SignBits signs, float inv_sqrt_d) {
   constexpr int E = D / 32;
-  extern __shared__ __align__(128) uint8_t ring[];  // kStages<D> tiles of kScaleRows rows × D inputs
-  __shared__ uint64_t full[kStages<D>];                 // tile s has landed
+  extern __shared__ __align__(128) uint8_t ring[];  // kStages tiles of kScaleRows rows × D inputs
+  __shared__ uint64_t full[kStages];                 // tile s has landed
   __shared__ float warp_amax[2][kWarps];             // two items' worth: a fast warp may write the next one's
   // V only: Vᵀ's D rows of 128 positions, as 8 chunks of 16 bytes a row; chunk q of row c is stored at
   // q ^ ((c / E) % 8), so that the 8 lanes of a store's phase (rows c = lane·E + i) and the 8 threads of a
@@ -175,22 +174,22 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   };
   // (Chosen by ?: rather than indexed by z, which would copy the arrays to local memory.)
   auto pick = [](int z, auto a, auto b, auto c) { return z == 0 ? a : z == 1 ? b : c; };
-  auto issue = [&](int it) {  // thread 0: the it-th item's rows into tile it % kStages<D>
+  auto issue = [&](int it) {  // thread 0: the it-th item's rows into tile it % kStages
     int z, h, b;
     if (!item_of(it, z, h, b)) return;
     const int rows = min(kScaleRows, N - b * kScaleRows);
     const T* src = static_cast<const T*>(pick(z, t.in[0], t.in[1], t.in[2])) + (size_t(h) * N + size_t(b) * kScaleRows) * D;
     const unsigned bytes = unsigned(rows) * D * sizeof(T);
-    hopper::mbarrier_arrive_expect_tx(&full[it % kStages<D>], bytes);
-    hopper::bulk_load(ring + (it % kStages<D>) * kTileBytes<D>, src, bytes, &full[it % kStages<D>]);
+    hopper::mbarrier_arrive_expect_tx(&full[it % kStages], bytes);
+    hopper::bulk_load(ring + (it % kStages) * kTileBytes<D>, src, bytes, &full[it % kStages]);
   };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages<D>; ++s) hopper::mbarrier_init(&full[s], 1);
+    for (int s = 0; s < kStages; ++s) hopper::mbarrier_init(&full[s], 1);
     hopper::fence_barrier_init();
   }
   __syncthreads();
   if (threadIdx.x == 0)
-    for (int it = 0; it < kStages<D>; ++it) issue(it);
+    for (int it = 0; it < kStages; ++it) issue(it);
   constexpr int kPasses = kRowsPerWarp / 8, kQuadVals = D / 4;  // the quads: 2 passes of 8 rows, D/4 values a lane
   // The transform's signs in the lane's words: value k of a pass (element 32·(k/8) + 8p + k%8) is the low half
   // of word k/2 if k is even, else its high half; word w's two signs sit at bits 15 − w and 31 − w, so
@@ -201,7 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       flips |= ((signs.bits[k / 8] >> (8 * p + k % 8)) & 1u) << (k % 2 == 0 ? 15 - k / 2 : 31 - k / 2);
   int z, h, b;
   for (int it = 0; item_of(it, z, h, b); ++it) {
-    const T* x = reinterpret_cast<const T*>(ring + (it % kStages<D>) * kTileBytes<D>);  // the item's rows, from row b·128
+    const T* x = reinterpret_cast<const T*>(ring + (it % kStages) * kTileBytes<D>);  // the item's rows, from row b·128
     const bool transform = kIncoherent && z < 2;  // Q and K; V as it is, less v̄
     float mu[E];  // kCentreV: V's column means, subtracted (the other tensors, or without centring: none)
 #pragma unroll
@@ -211,7 +210,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     float v[kRowsPerWarp][E];
     auto v_at = [&](int f) -> float& { return v[f / E][f % E]; };
     float amax = 0.0f;  // NaN if any value is (max_abs_nan)
-    hopper::mbarrier_wait(&full[it % kStages<D>], (it / kStages<D>) & 1);
+    hopper::mbarrier_wait(&full[it % kStages], (it / kStages) & 1);
     if (transform) {
 #pragma unroll
       for (int pass = 0; pass < kPasses; ++pass) {
@@ -252,7 +251,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       }
     }
     // The block's amax: the warp's, then the 8 warps' in shared memory. After this barrier every thread
-    // has read the tile: thread 0 refills it, kStages<D> items ahead (the fence orders the reads before the
+    // has read the tile: thread 0 refills it, kStages items ahead (the fence orders the reads before the
     // copy engine's writes).
 #pragma unroll
     for (int m = 16; m > 0; m /= 2) amax = max_abs_nan(amax, __shfl_xor_sync(0xffffffffu, amax, m));
@@ -260,7 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     __syncthreads();
     if (threadIdx.x == 0) {
       hopper::fence_proxy_async();
-      issue(it + kStages<D>);
+      issue(it + kStages);
     }
     amax = warp_amax[it % 2][0];
 #pragma unroll
