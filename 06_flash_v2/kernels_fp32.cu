@@ -141,13 +141,11 @@ __global__ void __launch_bounds__(256, D <= 64 ? 2 : 1) flash_v2_fp32(const floa
       for (int lane_mask = 1; lane_mask < 8; lane_mask *= 2) mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, lane_mask));
       // P̃ is taken against shift = round(m_new·c), and o and l are rescaled by the ratio of the old
       // and new shifts, 2^(round(m·c) − round(m_new·c)): exactly 2^0 = 1 while the row's max stays.
-      // Both products rounded (__fmul_rn is never fused): written m·c − shift, ptxas fused it (the
-      // H100's results match that arithmetic) into FFMA(m, c, −shift) = m·c − round(m·c), the
-      // product's rounding error e (|e| <= 2^-24·|m·c|),
-      // so alpha = 2^e and l and o took that factor again at every key block after the max: L off
-      // by up to (blocks after the max)·|e|·ln 2. With Q × 30 at N = 700 (|m·c| ≈ 230, 10 blocks)
-      // that was 6e-5, as much as L's other errors together, and stage 07's fp32 dK failed its
-      // tolerance on the H100 (07_backward/test_cpu.cpp, "the fp32 kernels' arithmetic").
+      // Both products rounded (__fmul_rn is never fused): written m·c − shift, ptxas may fuse it into
+      // FFMA(m, c, −shift) = m·c − round(m·c), the product's rounding error e (|e| <= 2^-24·|m·c|),
+      // so alpha = 2^e and l and o would take that factor again at every key block after the max:
+      // L off by up to (blocks after the max)·|e|·ln 2, 6e-5 with Q × 30 at N = 700, enough to fail
+      // stage 07's fp32 dK tolerance (07_backward/test_cpu.cpp, "the fp32 kernels' arithmetic").
       const float shift = mx == -INFINITY ? 0.0f : __fmul_rn(mx, c);  // a row with nothing visible yet: 0
       const float alpha = ptx::exp2_approx(__fmul_rn(m[a], c) - shift);  // m = −∞: 2^−∞ = 0
       m[a] = mx;

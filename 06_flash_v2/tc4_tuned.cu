@@ -17,8 +17,7 @@
 // IO: Q once, K and V once per 128 query rows, O and L once: flash_v2_model_bytes with Tiles
 // {128, 64}. What should move: tensor-pipe utilisation (sm__pipe_tensor_op_hmma_cycles_active)
 // up, shared-memory wavefronts per mma down by half, issue slots per score down; of the five
-// steps, the largest (before the ladder was split, the five together measured ÷ 1.43 in time from
-// rung 3 at d = 64, N = 4096: chapter 06's rung log).
+// steps, the largest (chapter 06's ladder).
 #include "check.hpp"
 #include "gpu.hpp"
 #include "kernels.cuh"

@@ -27,9 +27,8 @@
 //  2. dQ one step late: step i's dQ share is computed in step i+1, after that step's other four
 //     products, from a second dSᵀ buffer. The barrier at the top of step i+1 already makes every
 //     warp's dSᵀ_i visible, so a step has one barrier instead of two.
-// Measured on the H100 (ncu, d = 64, N = 4096): change 1 alone halved the L2 throughput (78% →
-// 37%) but not the time: the kernel is bound by latency (2 warps a scheduler, short-scoreboard and
-// barrier stalls), not by L2. Change 2 is what made it faster (chapter 07, rung log).
+// The kernel is bound by latency (2 warps a scheduler), not by L2: change 1 halves the L2 traffic,
+// change 2's fewer barriers are what make it faster (chapter 07).
 //
 // Rung wide (d = 64; kWarps = 4, MT = 2): the latency answer. Each warp owns 32 keys (two 16-row
 // mma tiles, MT) instead of 16, so each Q_i / dO_i fragment it loads by ldmatrix feeds two mma's,
@@ -37,8 +36,7 @@
 // for 32 keys) fit 255 registers without spills, two blocks an SM; dSᵀ rows of 32 queries are
 // paired into 128-byte swizzled rows (ds_at). dQ stays one step late. IO: Bc = 128 as tuned, so
 // the same key-outer bytes (flash_backward_model_bytes with Tiles {32, 128}: Q_i and dO_i are
-// read once per (i, j) pair whatever Br is). Measured on the H100: 13-19% faster than tuned at
-// d = 64 (chapter 07).
+// read once per (i, j) pair whatever Br is). 13-19% faster than tuned at d = 64 (chapter 07).
 //
 // At d = 128 the next rung, split, divides the block's work differently (FA-2's warp grid, P and dS
 // through shared memory): tc_split.cu.

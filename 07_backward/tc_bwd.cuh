@@ -21,9 +21,8 @@ inline Params with_keys(Params p, const BackwardArgs& a) {
 // Br floats of L and D from row0 into shared memory, 4 bytes a thread (their rows need not start
 // on 16 bytes). Query rows past N (rows >= `rows`) are masked, as the dQ pass and the fp32 kernel
 // mask them: L = +∞ and D = 0 (zero-filled), so that P = exp(scale·S − ∞) = 0 and
-// dS = P ∘ (dP − D) = 0 for any finite S and dP: those rows add nothing to dK or dV. (They used to
-// get L = 0 from the zero fill, so P = 1 there, and added nothing only because the tile loads
-// zero-fill Q and dO past N too, which makes dP and so dS zero.) L's copy or store is one
+// dS = P ∘ (dP − D) = 0 for any finite S and dP: those rows add nothing to dK or dV, whatever the
+// tiles hold past N (L = 0 would give P = 1 there). L's copy or store is one
 // predicated instruction each (ptx::cp_async_4_or), not a branch: with `if (in) copy; else
 // Ls[x] = +∞;` ptxas spilled 4 bytes in tuned_deterministic's key-outer kernel at d = 128.
 template <int Br>
