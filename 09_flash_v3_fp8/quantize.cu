@@ -146,7 +146,7 @@ __device__ inline void fwht_quad(At x, int p) {
 // free again after the block's amax barrier, which every thread passes only after its reads of it.
 // 3 tiles a block, 2 blocks an SM (112 KB of shared memory each at d = 128): on an H200 every scheme at
 // d = 128 moves its minimum bytes at 87-98 % of a copy's rate; at d = 64 the transform's arithmetic
-// still shows (77-83 %; the lab record).
+// still shows (79-84 %; the lab record).
 constexpr int kStages = 3;
 template <int D>
 constexpr int kTileBytes = kScaleRows * D * 2;  // one item's 16-bit inputs
