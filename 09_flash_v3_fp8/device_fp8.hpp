@@ -1,5 +1,5 @@
 // The device buffers of one FP8 problem (kernels.cuh's DeviceFp8), owned: the quantised Q, K and Vᵀ,
-// their descales, the per-tensor amax and the count of bad inputs.
+// their descales, the per-tensor amax and the count of scale blocks holding NaN or inf.
 #pragma once
 #if COURSE_HAS_CUDA
 

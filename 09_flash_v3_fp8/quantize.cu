@@ -403,7 +403,8 @@ void launch_quantize(const Shape& s, course::Dtype t, const std::vector<float>& 
   const bool per_tensor = scheme.granularity == Granularity::tensor;
   const float inv_sqrt_d = 1.0f / std::sqrt(float(s.d));  // the CPU's transform_rows uses the same float
   const long long items = 3LL * s.heads() * blocks;
-  course::require(items <= 0x7fffffff, "stage 09's quantisation: at most 2^31 - 1 scale blocks (3 * B*H * N/128)");
+  // (A block's item index runs up to items plus a few grids: far from int's limit.)
+  course::require(items <= 0x3fffffff, "stage 09's quantisation: at most 2^30 scale blocks (3 * B*H * N/128)");
   // The persistent kernels' grid: as many blocks as fit on the GPU at once, at most one an item.
   auto run = [&](auto kernel_of, int smem) {
     const auto launch = [&](auto kernel, bool per) {

@@ -324,6 +324,18 @@ TEST_CASE("centring V: the column means as summed in blocks, exact in attention,
   CHECK_THROWS_AS(column_means(bad, s.heads(), s.N, s.d), course::UsageError);
 }
 
+// The GPU checks the values it quantises (after the transform) through their amax, as the CPU's quantize does:
+// bf16 inputs near their largest value are finite, but the transform's sums overflow fp32, and both refuse them.
+TEST_CASE("finite bf16 inputs whose transform overflows fp32: refused with the transform, taken without it") {
+  const Shape s{1, 1, 200, 64, false};
+  Inputs in = make_inputs(s, Dtype::bf16, 7);
+  for (int c = 0; c < s.d; ++c) in.K[std::size_t(7) * s.d + c] = course::round_to(Dtype::bf16, 3e38f);
+  CHECK_THROWS_AS(quantize_inputs(s, in.Q, in.K, in.V, schemes()[2], 1), course::UsageError);
+  CHECK_THROWS_AS(quantize_inputs(s, in.Q, in.K, in.V, schemes()[3], 1), course::UsageError);
+  CHECK_NOTHROW(quantize_inputs(s, in.Q, in.K, in.V, schemes()[0], 1));
+  CHECK_NOTHROW(quantize_inputs(s, in.Q, in.K, in.V, schemes()[1], 1));
+}
+
 TEST_CASE("v_scale_span: the largest ratio of a head's V descales, and the limit the attention needs") {
   const std::vector<float> even = {0.5f, 0.5f, 0.5f}, spread = {1.0f, 0x1p-10f, 0x1p20f}, one = {3.0f};
   CHECK(v_scale_span(even.data(), 3) == 1.0);

@@ -84,15 +84,30 @@ TEST_CASE("bad input: NaN and inf refused by the quantisation, V's descales 2^12
       CHECK_NOTHROW(check_quantized(s, q.view(scheme)));
     }
   }
+  {  // bf16 K near its largest value (3e38) in one row: finite, but the transform's sums overflow fp32. Both the
+     // CPU and the kernel check the values they quantise: refused with the transform, taken without it.
+    Inputs b = make_inputs(s, Dtype::bf16, course::fresh_seed());
+    for (int c = 0; c < s.d; ++c) b.K[std::size_t(7) * s.d + c] = 3e38f;
+    const auto kh = course::round_in_place(Dtype::bf16, b.K);
+    course::DeviceBuffer<std::uint16_t> Q(b.Qh), K(kh), V(b.Vh);
+    Fp8Buffers q(s);
+    CHECK_THROWS_AS(quantize_inputs(s, b.Q, b.K, b.V, schemes()[2], 1), course::UsageError);
+    launch_quantize(s, Dtype::bf16, random_signs(64, 1), Q.get(), K.get(), V.get(), q.view(schemes()[2]));
+    CHECK_THROWS_AS(check_quantized(s, q.view(schemes()[2])), course::UsageError);
+    launch_quantize(s, Dtype::bf16, {}, Q.get(), K.get(), V.get(), q.view(schemes()[0]));
+    CHECK_NOTHROW(check_quantized(s, q.view(schemes()[0])));
+  }
   course::DeviceBuffer<std::uint16_t> X(s.elements());
   Fp8Buffers q(s);
   const DeviceFp8 per_tensor = q.view(schemes()[0]), hadamard = q.view(schemes()[2]);
   CHECK_THROWS_AS(launch_quantize(s, Dtype::fp32, {}, X.get(), X.get(), X.get(), per_tensor), course::UsageError);
-  // A lane loads its part of a row as one word: an input 2 bytes off 8 (or, for Q and K with the
-  // transform, 8 bytes off 16) is refused with a message rather than faulting on a misaligned load.
-  CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, {}, X.get() + 1, X.get(), X.get(), per_tensor), course::UsageError);
-  CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, {}, X.get(), X.get() + 1, X.get(), per_tensor), course::UsageError);
-  CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, {}, X.get(), X.get(), X.get() + 1, per_tensor), course::UsageError);
+  // The copy engine takes each block's rows from a 16-byte aligned address: an input 2 or 8 bytes off 16
+  // is refused with a message rather than faulting.
+  for (int off : {1, 4}) {
+    CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, {}, X.get() + off, X.get(), X.get(), per_tensor), course::UsageError);
+    CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, {}, X.get(), X.get() + off, X.get(), per_tensor), course::UsageError);
+    CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, {}, X.get(), X.get(), X.get() + off, per_tensor), course::UsageError);
+  }
   for (int which : {0, 1})
     CHECK_THROWS_AS(launch_quantize(s, Dtype::fp16, random_signs(64, 1), which == 0 ? X.get() + 4 : X.get(),
                                     which == 1 ? X.get() + 4 : X.get(), X.get(), hadamard),

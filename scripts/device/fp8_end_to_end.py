@@ -37,15 +37,15 @@ def main(path):
     shapes = {}
     for r in rows:
         f = fields(r["shape"])
-        key = (int(f["d"]), f["causal"], int(f["N"]))
+        key = (int(f["d"]), f["causal"], int(f["N"]), int(f["B"]), int(f["H"]), r["dtype"])
         cells[key][r["variant"]].append(float(r["ms"]))
         shapes[key] = f
     for key in sorted(cells):
-        d, causal, N = key
+        d, causal, N, _, _, dtype = key
         by = {v: st.median(ms) for v, ms in cells[key].items()}
         spread = {v: (max(ms) - min(ms)) / st.median(ms) * 100 for v, ms in cells[key].items()}
         f = shapes[key]
-        print(f"d={d} causal={causal} N={N} (B={f['B']} H={f['H']}), fp16; medians over rounds, spread (max-min)/median")
+        print(f"d={d} causal={causal} N={N} (B={f['B']} H={f['H']}), {dtype}; medians over rounds, spread (max-min)/median")
         if "copy" not in by:
             print("  no copy row: no rates")
             continue
