@@ -3,72 +3,25 @@
 // d = 128, 570-582 without it. Everything but who issues the loads is rung 5's.
 //
 // What changed from rung 5 (fa3_5_overlap.cu):
-//  - 256 threads, not 384: the producer warpgroup is gone, the two compute warpgroups remain, with
-//    rung 5's ping-pong and intra-warpgroup overlap. No setmaxnreg: with 256 threads a block,
-//    __launch_bounds__(256, 1) lets every thread have up to 255 registers (rung 5: 240 for a
-//    consumer, 24 for the producer).
-//  - One thread of the compute warpgroups issues every TMA copy: the loader, thread 128, the first
-//    thread of warpgroup 1. The ring (kStages slots, K and V with full and empty barriers of their
-//    own) is rung 5's Pipeline unchanged; only its producer loop (Pipeline::produce) is not used.
-//    The loader asks for Q and the ring's first round at the start; then for K_{it+kStages} once
-//    both warpgroups gave K_it back, and for V_{it+kStages} once both gave V_it back, into the
-//    slot just freed.
-//  - Why warpgroup 1: the ping-pong makes it the second to issue each step's products, so it is
-//    the second to give every tile back; right after its own release the slot is (almost always)
-//    free already, and the copy is asked for about when rung 5's producer would have asked. A
-//    loader in warpgroup 0 would either wait for warpgroup 1 in the middle of its own step (and
-//    lose its softmax/GEMM overlap) or ask a step later.
-//  - Where the loader may wait. Between a warpgroup's wgmma's and their wgmma_wait (the "window",
-//    here from wgmma_wait<1> to wgmma_wait<0>, while P̃·V runs under the softmax), a spin loop on
-//    an mbarrier (even one that every thread runs) or a branch around the copies that one thread
-//    takes makes ptxas serialise every wgmma of the kernel (each tried with nvcc 13.0: "C7520
-//    Potential Performance Loss: wgmma.mma_async instructions are serialized due to program
-//    dependence on compiler-inserted WG.AR in divergent path"), which would undo rung 5's overlap
-//    and measure the wrong thing. So inside the window every thread runs a test
-//    that does not wait (mbarrier.test_wait) and the copies are issued under a predicate, not a
-//    branch: right after the loader's warpgroup gave K_it back, and once more after the softmax
-//    if the slot was not free yet. Only after wgmma_wait<0> does the loader wait for a slot: there
-//    it asks for K_{it+kStages} if it has not yet, and for V_{it−1+kStages}. Rung 5's producer has
-//    no such rule to obey: it runs no wgmma.
+//  - 256 threads, not 384: no producer warpgroup, no setmaxnreg (__launch_bounds__(256, 1): up to
+//    255 registers a thread); rung 5's ping-pong and intra-warpgroup overlap stay.
+//  - One thread issues every TMA copy: the loader, thread 128, the first of warpgroup 1, the second
+//    to give each tile back in the ping-pong, so right after its own release the slot is usually
+//    free. The ring is rung 5's Pipeline; only its producer loop is not used. The loader asks for Q
+//    and the ring's first round at the start, then for K_{it+kStages} (V_{it+kStages}) once both
+//    warpgroups gave K_it (V_it) back, into the slot just freed.
+//  - Where the loader may wait: not between a warpgroup's wgmma_wait<1> and wgmma_wait<0>, where a
+//    spin loop or a branch around the copies makes ptxas serialise every wgmma of the kernel
+//    (nvcc 13.0's C7520). There every thread runs a test that does not wait (mbarrier.test_wait) and
+//    the copies go out under a predicate; only after wgmma_wait<0> does the loader wait for a slot.
+//  Why no wait can form a cycle, and why the barriers' parities stay unambiguous: chapter 08,
+//  "The loader cannot deadlock".
 //
-// Deadlock-freedom. Number the steps of each warpgroup: step 0 is the first S (before the loop),
-// step it (1 <= it < blocks) the loop's body, step `blocks` the last P̃·V. In step it a warpgroup
-// waits for K_it (full), its turn, V_{it−1} (full); it gives K_it back after wgmma_wait<1> and
-// V_{it−1} after wgmma_wait<0>. The loader's tests never wait; its waits are in warpgroup 1's step
-// it, after wgmma_wait<0>: for K_{it+kStages} on the empty barrier of K_it's slot (it needs
-// warpgroup 0's release of K_it, in warpgroup 0's step it), and for V_{it−1+kStages} on that of
-// V_{it−1}'s slot (warpgroup 0's release of V_{it−1}, its step it). Rank warpgroup 0's step k as 2k
-// and warpgroup 1's step k as 2k + 1. Every wait is then for something of a lower rank, or earlier
-// in the waiter's own program order:
-//  - warpgroup 0, step k: its turn needs warpgroup 1's pass of step k − 1 (rank 2k − 1); K_k and
-//    V_{k−1} were asked for at the start or in warpgroup 1's step k − kStages (rank < 2k);
-//  - warpgroup 1, step k: its turn needs warpgroup 0's pass of step k (rank 2k); K_k and V_{k−1}
-//    were asked for by its own loader earlier (at the start, or in its step k − kStages);
-//  - the loader in warpgroup 1's step k: warpgroup 0's releases in its step k (rank 2k), which by
-//    the first line need nothing of rank 2k + 1 or more.
-// So the waits form no cycle: no deadlock, whatever the timing. (The loader gives its own warp's
-// arrival before it waits on the same empty barrier, in program order. The other lanes of its warp,
-// and the other three warps of warpgroup 1 at their next wgmma or named barrier, wait for it
-// meanwhile: a wait behind a wait for rank 2k, still no cycle.)
-// Phases: load n of K (or V) is use u = n / kStages of slot n % kStages. That slot's full barrier
-// completes its phase u when the bytes land, its empty barrier its phase u when all 8 warps gave the
-// tile back. A parity cannot tell phase u from u + 2, so no barrier may complete two phases past
-// one of its waiters, and none can: a warp waiting for use u's full phase has not given use u back,
-// so use u + 1 cannot have been asked for; the loader waiting for (or testing) use u − 1's empty
-// phase before it asks for use u has not asked for use u, so nobody can give use u back. The loader
-// names parity phase(n) ^ 1 for load n, as Pipeline::produce does; for u = 0 that is the phase
-// before the barrier's first, which returns at once.
+// What it should cost against rung 5 (the paper: 12-14% at d = 128): the copies and tests sit on
+// warpgroup 1's critical path, a copy whose slot is not free in the window goes out a softmax later,
+// and a late warpgroup 0 stalls the loader's warp. Registers are not scarcer (255 against 240).
 //
-// What it should cost against rung 5 (the paper: 12-14% at d = 128): the copies' instructions and
-// the tests now sit in warpgroup 1's stream, between its wgmma_wait<1> and its softmax, on its
-// critical path; when the slot is not free in the window, the copy of K waits for the end of the
-// step (about a softmax later than rung 5's producer would ask); when warpgroup 0 is late, the
-// loader's waits after wgmma_wait<0> stall warp 4, and the rest of warpgroup 1 at its next wgmma.
-// Registers are not scarcer (255 a thread against 240), so what is measured is the loads' place in
-// the compute warps' instruction streams, not a register budget.
-//
-// IO: rung 5's (the same tiles, the same loads: Q once, K and V once per 128 query rows; TMA's
-// delivered boxes, tma_delivered_read_bytes).
+// IO: rung 5's (the same tiles and loads; TMA's delivered boxes, tma_delivered_read_bytes).
 #include "check.hpp"
 #include "fa3_common.cuh"
 #include "kernels.cuh"
