@@ -14,7 +14,7 @@
 //    left ptxas no room for the row max, and it waited for P̃·V before it (10 % of the stall samples).
 // The row sum l by FADDs in the softmax, as stage 08. What it should buy: up to 2× stage 08 (the
 // tensor rate and the bytes); the exponential unit caps it (chapter 09: at d = 128 a score's
-// products take as long as its exponential). Chapter 09 has what it measured.
+// products take as long as its exponential).
 #include "fp8_blocks128.cuh"
 
 namespace attention::fp8 {

@@ -33,6 +33,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -141,9 +143,8 @@ __device__ inline void fwht_quad(At x, int p) {
 // blockIdx.x, blockIdx.x + gridDim.x, ...: item (z·heads + h)·blocks + b is block b of head h of tensor z.
 // Its inputs (128 rows × D values, contiguous: 32 KB at d = 128) come by the copy engine (bulk_load) into
 // a ring of kStages tiles in shared memory, kStages items ahead: the loads are in flight while the
-// warps transform, reduce and store, and no warp's loads wait for its arithmetic. (A warp loading its
-// own rows into registers left the transform's kernel bound by latency: DRAM 54-64 % busy.) A tile is
-// free again after the block's amax barrier, which every thread passes only after its reads of it.
+// warps transform, reduce and store, and no warp's loads wait for its arithmetic. A tile is free again
+// after the block's amax barrier, which every thread passes only after its reads of it.
 // 3 tiles a block, 2 blocks an SM (112 KB of shared memory each at d = 128): on an H200 every scheme at
 // d = 128 moves its minimum bytes at 87-98 % of a copy's rate; at d = 64 the transform's arithmetic
 // still shows (79-84 %; the lab record).
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   constexpr int kPasses = kRowsPerWarp / 8, kQuadVals = D / 4;  // the quads: 2 passes of 8 rows, D/4 values a lane
   // The transform's signs in the lane's words: value k of a pass (element 32·(k/8) + 8p + k%8) is the low half
   // of word k/2 if k is even, else its high half; word w's two signs sit at bits 15 − w and 31 − w, so
-  // (flips << w) & 0x80008000 is the word's XOR mask (one shift and one LOP3 a word).
+  // (flips << w) & 0x80008000 is the word's XOR mask.
   uint32_t flips = 0;
   if constexpr (kIncoherent)
     for (int k = 0; k < kQuadVals; ++k)
@@ -376,6 +377,26 @@ __global__ void v_column_mean(const float* sums, int N, int blocks, int D, int c
   mean[i] = total / float(N);
 }
 
+// Blocks an SM of `kernel` with `smem` bytes of dynamic shared memory, asked once a kernel and device: the
+// attribute and the occupancy query take microseconds of host time, which would otherwise sit inside a
+// timed call, between its memsets and its kernels.
+template <class Kernel>
+int resident_blocks(Kernel kernel, int smem) {
+  static std::mutex lock;
+  static std::map<std::pair<std::uintptr_t, int>, int> known;  // (kernel, device) -> blocks an SM
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> hold(lock);
+  const auto key = std::make_pair(reinterpret_cast<std::uintptr_t>(kernel), device);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
+  course::require(per_sm > 0, "stage 09's quantisation: its block does not fit on this GPU");
+  known.emplace(key, per_sm);
+  return per_sm;
+}
+
 }  // namespace
 
 void launch_quantize(const Shape& s, course::Dtype t, const std::vector<float>& signs, const void* Q, const void* K,
@@ -408,11 +429,7 @@ void launch_quantize(const Shape& s, course::Dtype t, const std::vector<float>& 
   // The persistent kernels' grid: as many blocks as fit on the GPU at once, at most one an item.
   auto run = [&](auto kernel_of, int smem) {
     const auto launch = [&](auto kernel, bool per) {
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      int per_sm = 0;
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
-      course::require(per_sm > 0, "stage 09's quantisation: its block does not fit on this GPU");
-      const int grid = int(std::min<long long>(items, 1LL * per_sm * course::gpu().sm_count));
+      const int grid = int(std::min<long long>(items, 1LL * resident_blocks(kernel, smem) * course::gpu().sm_count));
       kernel<<<grid, kWarps * 32, smem>>>(tensors, s.N, s.heads(), blocks, per, bits, inv_sqrt_d);
       CUDA_CHECK_LAUNCH();
     };
