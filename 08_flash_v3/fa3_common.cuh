@@ -1,17 +1,17 @@
 // What the rungs of stage 08 share: the tile sizes, the shared-memory layout the tensor cores read
 // (hopper::swizzle128), the two products as sequences of wgmma's, the tensor maps, and the pieces
 // of stage 06 they reuse unchanged: the mask, the online softmax on the accumulators, the
-// epilogue (tc_common.cuh; rung 6 ends it with TMA stores, write_output_tma). Each rung's own
-// file (fa3_1_wgmma.cu ... fa3_6_tuned.cu) is the loop that strings these together; the
+// epilogue (tc_common.cuh; rung 8 ends it with TMA stores, write_output_tma). Each rung's own
+// file (fa3_1_wgmma.cu ... fa3_8_tuned.cu) is the loop that strings these together; the
 // differences between those files are the lessons.
 //
-// Work split: a thread block takes Br = 128 query rows of one head (rung 6 at d = 64: 192); each of
+// Work split: a thread block takes Br = 128 query rows of one head (rungs 7-8 at d = 64: 192); each of
 // its two (three) compute warpgroups owns 64 of them (warp w of a warpgroup: 16 rows, as a warp of
-// stage 06 with MT = 1). Keys come in blocks of Bc = 128 (the ablation tuned_bc160: 160 at d = 128,
+// stage 06 with MT = 1). Keys come in blocks of Bc = 128 (stage 09's wide rungs: 256 FP8 keys).
 // not causal). A compute thread holds, as in stage 06:
-//   S[1][Bc/8][4]  its 2 rows × 2·Bc/8 columns of S = Q·Kᵀ (64 floats; 80 at Bc = 160)
+//   S[1][Bc/8][4]  its 2 rows × 2·Bc/8 columns of S = Q·Kᵀ (64 floats)
 //   o[1][D/8][4]   its 2 rows of O, unnormalised, fp32 (32 or 64 floats)
-//   P[1][Bc/16][4] P̃ packed to 16 bits as P·V's A operand (32 registers; 40)
+//   P[1][Bc/16][4] P̃ packed to 16 bits as P·V's A operand (32 registers)
 //   m[1][2], l[1][2]  the running max and the lane's share of the row sum
 #pragma once
 
@@ -38,19 +38,29 @@ constexpr int consumer_registers() {
   return (65536 / 128 - kProducer) / kWG / 8 * 8;
 }
 
+// Rungs 7 and 8: three consumer warpgroups and 3 K/V slots at d = 64 (Br = 192), two of each at d = 128.
+template <int D>
+constexpr int tuned_warpgroups() {
+  return D == 64 ? 3 : 2;
+}
+template <int D>
+constexpr int tuned_stages() {
+  return D == 64 ? 3 : 2;
+}
+
 // The shared memory of a rung: Q (Br × D), then kStages slots of K and V (Bc × D each), every tile
 // in the swizzle128 layout and 1024-byte aligned; then the mbarriers. Offsets in 16-bit values.
-// Br: the query rows of a tile, 64 a consumer warpgroup (rung 6 at d = 64: 192, three warpgroups).
-// Bc: the keys of a K/V tile (128; rung 6's ablation tuned_bc160: 160).
+// Br: the query rows of a tile, 64 a consumer warpgroup (rungs 7-8 at d = 64: 192, three warpgroups).
+// Bc: the keys of a K/V tile (128).
 template <int D, int kStages, bool kOwnStaging = false, int kQSlots = 1, int Br = kBr, int Bc = kBc>
 struct Smem {
   // kQSlots = 2 (tile_overlap): two Q tiles, so that the next tile's Q has landed before this tile ends.
   static constexpr int kQ = 0, kKV = kQSlots * Br * D, kSlot = 2 * Bc * D;
-  // kOwnStaging (rung 6, tile_overlap): O is staged in a region of its own, not over Q, so that the
+  // kOwnStaging (rungs 6-8, tile_overlap): O is staged in a region of its own, not over Q, so that the
   // next tile's Q can land while this tile's O is written out.
   static constexpr int kO = kKV + kStages * kSlot;
   static constexpr int kHalves = kO + (kOwnStaging ? Br * D : 0);
-  // Two barriers a Q slot, 4 a K/V slot (Pipeline), then 8 bytes for rung 6's two tile numbers.
+  // Two barriers a Q slot, 4 a K/V slot (Pipeline), then 8 bytes for the persistent rungs' two tile numbers.
   static constexpr size_t kBarrierBytes = 8 * (2 * kQSlots + 4 * kStages + 1);
   // + 1024: the dynamic shared memory is aligned to 1024 bytes by hand (align1024).
   static constexpr size_t kBytes = 2 * size_t(kHalves) + kBarrierBytes + 1024;
@@ -83,7 +93,7 @@ __device__ inline uint16_t* staging(uint16_t* Qs, int wg, int wi) {
   else return Qs + (wi / 2) * kBr * 64 + (64 * wg + 32 * (wi % 2)) * 64;
 }
 
-// --- the producer/consumer pipeline of rungs 3-7 (and stage 09's) -----------------------------------
+// --- the producer/consumer pipeline of rungs 3-8 (and stage 09's) -----------------------------------
 // A ring of kStages slots, each a K tile and a V tile. K and V have barriers of their own, so that a
 // consumer can start S = Q·K_jᵀ before V_j has landed, and give K_j's slot back as soon as S is
 // computed, while V_j is still needed for P̃·V_j (rungs 4 and 5 use V_j a whole step after K_j):
@@ -141,14 +151,14 @@ struct Pipeline : KeyValueRing<Pipeline<D, kStages, kOwnStaging, kQSlots, Br, Bc
   __device__ uint64_t* q_full(int n = 0) const { return bar(2 * (n % kQSlots)); }
   __device__ uint64_t* q_empty(int n = 0) const { return bar(2 * (n % kQSlots) + 1); }  // the tile's last S is done
   __device__ static int q_phase(int n) { return (n / kQSlots) & 1; }
-  // Rung 6 and tile_overlap: the tile the producer loads as its n-th, for the consumers (−1: no
+  // Rungs 6-8 and tile_overlap: the tile the producer loads as its n-th, for the consumers (−1: no
   // more), in slot n % 2. The producer writes slot n % 2 again for tile n + 2 only after tile n's Q
   // was given back, which the consumers do after they read it.
   __device__ volatile int* tile_slot(int n) const {
     return reinterpret_cast<volatile int*>(bar(2 * kQSlots + 4 * kStages)) + (n & 1);
   }
 
-  // The consumers' read of tile n's number (rung 6, tile_overlap), after wait_q(n), by every lane.
+  // The consumers' read of tile n's number (rungs 6-8, tile_overlap), after wait_q(n), by every lane.
   // The producer writes the slot again (tile n + 2's number) once q_empty(n) completes, and an arrive
   // orders only its own thread's reads before that write: so every consumer thread arrives on q_empty
   // (release_q), not one a warp as on the K/V barriers (racecheck finds the race otherwise; chapter 08).
@@ -165,7 +175,7 @@ struct Pipeline : KeyValueRing<Pipeline<D, kStages, kOwnStaging, kQSlots, Br, Bc
   }
   // The producer (one thread): Q's Br rows from `row0` of head h (rows before 0 or from N on arrive
   // as zeros), then K and V of its `blocks` key blocks in the consumers' order, as fast as slots
-  // free up. Loads are numbered on from `it` (rung 6 and tile_overlap run several tiles through one
+  // free up. Loads are numbered on from `it` (rungs 6-8 and tile_overlap run several tiles through one
   // ring; n: the tile's number); returns the next load's number. Those two first wait for Q's slot
   // (wait_q_empty) before they load another tile's Q.
   __device__ int produce(const CUtensorMap* mapQ, const CUtensorMap* mapK, const CUtensorMap* mapV, int row0, int h,
@@ -220,7 +230,7 @@ __device__ void store_staged_output(const uint16_t* stage, const CUtensorMap* ma
   }
 }
 
-// --- rung 6's epilogue: O written out by the copy engine -------------------------------------------
+// --- rung 8's epilogue: O written out by the copy engine -------------------------------------------
 // Stage 06's epilogue (tc::write_output) for one warp's 16 rows, up to the staging: O = o / l into
 // `stage`, L = scale·m + log l. Then, instead of 32 lanes copying the staging out in 16-byte pieces
 // (D / 8 loads from shared memory and as many stores to global memory a lane, each store waiting
@@ -368,32 +378,7 @@ __device__ void rescale_o(float (&o)[DT][4], const float (&alpha)[2]) {
   for (int d = 0; d < DT; ++d) o[d][0] *= alpha[0], o[d][1] *= alpha[0], o[d][2] *= alpha[1], o[d][3] *= alpha[1];
 }
 
-// --- rung 6: a cheaper softmax --------------------------------------------------------------------
-// 2^x on the FMA pipe instead of the special-function unit (FlashAttention-4's trick): x = n + f
-// with n = round(x) (adding and subtracting 1.5·2^23 leaves the integer in t's low bits) and
-// f in [−½, ½]; 2^f by a degree-3 polynomial (relative error 7.5e-5, under fp16's rounding of
-// P̃, 2^-11); 2^n by adding n to the exponent bits. x is clamped at −125, so −∞ (a masked score)
-// gives 2^-125 ≈ 2e-38: fp16 rounds it to 0, bf16 keeps it, a weight far below V's own rounding.
-// Seven FMA-pipe and two ALU instructions where ex2 is one MUFU instruction, but the MUFU unit does
-// 16 a clock per SM and the FMA pipe 128.
-__device__ inline float exp2_poly(float x) {
-  constexpr float kRound = 12582912.0f;  // 1.5·2^23
-  x = fmaxf(x, -125.0f);
-  const float t = __fadd_rn(x, kRound);
-  const float f = __fsub_rn(x, __fsub_rn(t, kRound));
-  const float p = fmaf(fmaf(fmaf(0.05517166f, f, 0.24261112f), f, 0.69326099f), f, 0.99992807f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
-// softmax_scores with three changes, each measured in chapter 08:
-//  - the row max and the row sum in four independent chains joined by a tree, instead of one chain
-//    of dependent instructions (32 fmax's a row at Bc = 128: 8 deep plus 2 instead of 32);
-//  - every kPolyEvery-th 8-column tile's exponentials by exp2_poly (0: none), so that the FMA pipe
-//    takes a share of the special-function unit's work (d = 64, where the exponentials are as
-//    many cycles as the products);
-//  - kLazyLog2 > 0: stage 06's lazy rescale (FlashAttention-4): the max moves only when a row of
-//    the warp grew by more than 2^kLazyLog2; returns false when no row of the warp moved, so that
-//    the caller skips o's rescale (alpha = 1).
+// --- rung 7: the row reductions as trees -----------------------------------------------------------
 // x[0] = x[0] + x[1] + ... (or the max), as a tree of log₂ NT levels: level W combines x[n] and
 // x[n + W]. A template per level, so that every index is a constant and x stays in registers.
 template <int W, int NT, class F>
@@ -408,8 +393,10 @@ __device__ inline void tree_reduce(float (&x)[NT], F op) {
   tree_reduce<NT / 2>(x, op);
 }
 
-template <int kPolyEvery, int kLazyLog2, int NT>
-__device__ bool softmax_scores_tuned(float (&S)[NT][4], float (&m)[2], float (&l)[2], float scale, float (&alpha)[2]) {
+// softmax_scores with the row max and the row sum in four independent chains joined by a tree,
+// instead of one chain of dependent instructions (32 fmax's a row at Bc = 128: 8 deep plus 2).
+template <int NT>
+__device__ void softmax_scores_trees(float (&S)[NT][4], float (&m)[2], float (&l)[2], float scale, float (&alpha)[2]) {
   const float c = scale * ptx::kLog2e;
   float m_new[2];
 #pragma unroll
@@ -422,36 +409,23 @@ __device__ bool softmax_scores_tuned(float (&S)[NT][4], float (&m)[2], float (&l
     tree_reduce(v, [](float a, float b) { return fmaxf(a, b); });
     m_new[h] = tc::quad_max(fmaxf(m[h], v[0]));
   }
-  bool moved = true;
-  if constexpr (kLazyLog2 > 0) {
-    const bool grows = (m_new[0] - m[0]) * c > float(kLazyLog2) || (m_new[1] - m[1]) * c > float(kLazyLog2);
-    moved = __any_sync(0xffffffffu, grows);  // false for −∞ − (−∞) = NaN: nothing to move
-  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (moved) {
-      const float shift = m_new[h] == -INFINITY ? 0.0f : m_new[h];
-      alpha[h] = ptx::exp2_approx(m[h] * c - shift * c);
-      m[h] = m_new[h];
-    } else {
-      alpha[h] = 1.0f;
-    }
+    const float shift = m_new[h] == -INFINITY ? 0.0f : m_new[h];
+    alpha[h] = ptx::exp2_approx(m[h] * c - shift * c);
+    m[h] = m_new[h];
     const float shift_c = (m[h] == -INFINITY ? 0.0f : m[h]) * c;
     float sum[4] = {};
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        const float x = fmaf(S[n][e], c, -shift_c);
-        bool poly = false;
-        if constexpr (kPolyEvery > 0) poly = n % kPolyEvery == kPolyEvery - 1;
-        S[n][e] = poly ? exp2_poly(x) : ptx::exp2_approx(x);
+        S[n][e] = ptx::exp2_approx(fmaf(S[n][e], c, -shift_c));
         sum[(n % 2) * 2 + e % 2] += S[n][e];
       }
     tree_reduce(sum, [](float a, float b) { return a + b; });
     l[h] = l[h] * alpha[h] + sum[0];
   }
-  return moved;
 }
 
 }  // namespace attention::fa3
@@ -475,11 +449,11 @@ struct TensorMapSpec {
 };
 CUtensorMap make_tensor_map(const TensorMapSpec& spec);
 
-// The persistent rungs' tile counter (fa3_6_tuned.cu): two ints of device memory, allocated and set
+// The persistent rungs' tile counter (fa3_host.cu): two ints of device memory, allocated and set
 // to 0 on first use, then reset by the kernels themselves (tiles_done).
 int* tile_counter();
 
-// The grid of a persistent rung (6, 7): one block a SM, or fewer when there are fewer tiles (or
+// The grid of a persistent rung (6-8, tile_overlap): one block a SM, or fewer when there are fewer tiles (or
 // than `cap` when it is positive: the tests make one block take many tiles). Throws UsageError past
 // 2^31 tiles.
 unsigned persistent_grid(const Shape& s, const char* variant, int Br = kBr, int cap = 0);
@@ -490,6 +464,16 @@ int lpt_head_group(const Shape& s, int value_bytes, int requested = 0);
 
 // Throws UsageError unless the GPU is a Hopper (sm_90): wgmma and setmaxnreg exist only there.
 void require_hopper(const char* variant);
+
+// The launch of a persistent rung: `bytes` of dynamic shared memory, `threads` a block, one block an SM
+// (persistent_grid, tiles of Br rows, at most `cap` blocks when positive), the kernel's arguments.
+template <class Kernel, class... Args>
+void launch_persistent(Kernel kernel, size_t bytes, int threads, const Shape& s, const char* name, int Br, int cap,
+                       const Args&... args) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  kernel<<<persistent_grid(s, name, Br, cap), threads, bytes>>>(args...);
+  CUDA_CHECK_LAUNCH();
+}
 
 // The tensor maps of Q (boxes of Br rows), K and V (Bc rows) of a problem.
 struct TensorMaps {

@@ -11,6 +11,7 @@
 #include "check.hpp"
 #include "fa3_common.cuh"
 #include "gpu.hpp"
+#include "kernels.cuh"
 
 namespace attention::fa3 {
 
@@ -82,6 +83,18 @@ void require_hopper(const char* variant) {
                                    : g.why_not));
 }
 
+int* tile_counter() {  // one a GPU: stage 10 drives several from one process
+  static int* counters[64] = {};
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  course::require(device < 64, "tile_counter: more than 64 GPUs");
+  if (!counters[device]) {  // two ints of device memory for the process (no problem's memory), 0 from here on
+    CUDA_CHECK(cudaMalloc(&counters[device], 2 * sizeof(int)));
+    CUDA_CHECK(cudaMemset(counters[device], 0, 2 * sizeof(int)));
+  }
+  return counters[device];
+}
+
 unsigned persistent_grid(const Shape& s, const char* variant, int Br, int cap) {
   const long long tiles = 1LL * ((s.N + Br - 1) / Br) * s.heads();
   course::require(tiles < (1LL << 31), std::string(variant) + ": too many tiles (B·H·⌈N/Br⌉ >= 2^31)");
@@ -98,3 +111,18 @@ int lpt_head_group(const Shape& s, int value_bytes, int requested) {
 
 }  // namespace attention::fa3
 
+
+namespace attention {
+
+void launch_fa3_with_options(const std::string& variant, const Shape& s, course::Dtype t, const void* Q,
+                             const void* K, const void* V, void* O, float* L, const PersistentOptions& o) {
+  if (variant == "persistent") return launch_fa3_persistent_with(s, t, Q, K, V, O, L, o);
+  if (variant == "three_warpgroups") return launch_fa3_three_warpgroups_with(s, t, Q, K, V, O, L, o);
+  if (variant == "tuned") return launch_fa3_tuned_with(s, t, Q, K, V, O, L, o);
+  if (variant == "tuned_lpt") return launch_fa3_tuned_lpt_with(s, t, Q, K, V, O, L, o);
+  if (variant == "tile_overlap") return launch_fa3_tile_overlap_with(s, t, Q, K, V, O, L, o);
+  throw course::UsageError("launch_fa3_with_options: '" + variant +
+                           "' is not one of persistent, three_warpgroups, tuned, tuned_lpt, tile_overlap");
+}
+
+}  // namespace attention

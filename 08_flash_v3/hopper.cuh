@@ -110,8 +110,6 @@ __device__ inline int swizzle128(int r, int c) {
     HOPPER_ACC4(d, 4), HOPPER_ACC4(d, 5), HOPPER_ACC4(d, 6), HOPPER_ACC4(d, 7), HOPPER_ACC4(d, 8),      \
     HOPPER_ACC4(d, 9), HOPPER_ACC4(d, 10), HOPPER_ACC4(d, 11), HOPPER_ACC4(d, 12), HOPPER_ACC4(d, 13), \
     HOPPER_ACC4(d, 14), HOPPER_ACC4(d, 15)
-// N = 160 (the key blocks of rung 6's ablation tuned_bc160): 80 floats.
-#define HOPPER_ACC80(d) HOPPER_ACC64(d), HOPPER_ACC4(d, 16), HOPPER_ACC4(d, 17), HOPPER_ACC4(d, 18), HOPPER_ACC4(d, 19)
 #define HOPPER_REGS32                                                                                   \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -120,11 +118,6 @@ __device__ inline int swizzle128(int r, int c) {
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
   "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
   "%62, %63}"
-#define HOPPER_REGS80                                                                                   \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
-  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
-  "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}"
 // N = 72 and 136 (stage 09's P̃·V with a row of ones appended to Vᵀ: d + 8 columns, the last 8 the
 // row sums): 36 and 68 floats.
 #define HOPPER_ACC36(d) HOPPER_ACC32(d), HOPPER_ACC4(d, 8)
@@ -162,14 +155,11 @@ __device__ inline int swizzle128(int r, int c) {
                : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)))
 template <class T, int N>
 __device__ inline void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  static_assert(N == 64 || N == 128 || N == 160, "wgmma_ss: N = 64, 128 or 160");
+  static_assert(N == 64 || N == 128, "wgmma_ss: N = 64 or 128");
   constexpr bool half = std::is_same_v<T, __half>;
   if constexpr (N == 64) {
     if constexpr (half) HOPPER_WGMMA_SS(64, ".f16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34");
     else HOPPER_WGMMA_SS(64, ".bf16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34");
-  } else if constexpr (N == 160) {
-    if constexpr (half) HOPPER_WGMMA_SS(160, ".f16", HOPPER_REGS80, HOPPER_ACC80(d), "%80", "%81", "%82");
-    else HOPPER_WGMMA_SS(160, ".bf16", HOPPER_REGS80, HOPPER_ACC80(d), "%80", "%81", "%82");
   } else {
     if constexpr (half) HOPPER_WGMMA_SS(128, ".f16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66");
     else HOPPER_WGMMA_SS(128, ".bf16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66");

@@ -10,10 +10,11 @@
 
 namespace attention {
 
-// Rungs: wgmma, tma, warp_specialized, pingpong, overlap, tuned (fp16 and bf16, d = 64 or 128).
-// Ablations (run only when named with --variants): rung 6 (tuned) with one of its changes undone
-// each, the experiments on it, and rung 5 without warp specialisation (the FA-3 paper's ablation,
-// overlap_no_ws). Launchers are empty unless the build has the sm_90a kernels (COURSE_HAS_HOPPER).
+// Rungs: wgmma, tma, warp_specialized, pingpong, overlap, persistent, three_warpgroups, tuned (fp16
+// and bf16, d = 64 or 128). Ablations (run only when named with --variants): rung 5 without warp
+// specialisation (the FA-3 paper's, overlap_no_ws), rung 8 in FA-3's LPT tile order (tuned_lpt), and
+// the experiment tile_overlap. Launchers are empty unless the build has the sm_90a kernels
+// (COURSE_HAS_HOPPER).
 const Registry<ForwardVariant>& v3_registry();
 
 // The bytes the copy engine delivers to shared memory for the TMA rungs: whole boxes of Q (Tr·Br
@@ -24,7 +25,7 @@ const Registry<ForwardVariant>& v3_registry();
 double tma_delivered_read_bytes(const Shape& s, course::Dtype t, Tiles tiles);
 // Whether a rung loads with TMA (all but the first, which loads with cp.async).
 bool loads_with_tma(const std::string& variant);
-// The traffic of the persistent kernels' tile counter (rung 6, its ablations, tile_overlap) on a grid
+// The traffic of the persistent kernels' tile counter (rungs 6-8, tuned_lpt, tile_overlap) on a grid
 // of `blocks`: one atomicAdd a tile and one a block (the count of blocks done), a 32-byte sector
 // read and written in L2 each (0 for the other rungs). The last block's reset, two 4-byte stores,
 // is left out.

@@ -1,4 +1,4 @@
-// Rung 1: e4m3. Stage 08's last rung (fa3_6_tuned.cu: a persistent grid, a producer warpgroup, two
+// Rung 1: e4m3. Stage 08's last rung (fa3_8_tuned.cu: a persistent grid, a producer warpgroup, two
 // consumer warpgroups at d = 128 and three at d = 64 taking turns, each block's softmax under the
 // next block's products) with FlashAttention-3's FP8 changes (fp8_blocks128.cuh, kSumByMma off):
 //  - Both products on the e4m3 tensor cores (wgmma ...k32.e4m3): twice the 16-bit rate, half the

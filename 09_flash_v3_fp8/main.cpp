@@ -30,7 +30,7 @@
 #include "attention/device_run.hpp"
 #include "device_buffer.hpp"
 #if COURSE_HAS_HOPPER
-#include "../08_flash_v3/kernels.cuh"  // launch_fa3_persistent: tuned_lpt with --head-group
+#include "../08_flash_v3/kernels.cuh"  // launch_fa3_with_options: tuned_lpt with --head-group
 #include "device_fp8.hpp"
 #endif
 #endif
@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
               if (!ref16) ref16 = std::make_unique<Reference>(s, t, in.Q.data(), in.K.data(), in.V.data());
               dev->poison();
               auto launch = [&] {
-                if (lpt) launch_fa3_persistent(rung, s, t, dev->q(), dev->k(), dev->v(), dev->o(), dev->L.get(), {0, head_group});
+                if (lpt) launch_fa3_with_options(rung, s, t, dev->q(), dev->k(), dev->v(), dev->o(), dev->L.get(), {0, head_group});
                 else v.launch(s, t, dev->q(), dev->k(), dev->v(), dev->o(), dev->L.get());
               };
               bench.measure_gpu(row, launch, [&] {

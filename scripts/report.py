@@ -761,10 +761,11 @@ def plot_backward(records, out):
 # --- FlashAttention-3 on Hopper (stage 08) ----------------------------------------------------------
 
 FLASH_V3 = "08_flash_v3"
-V3_RUNGS = ["wgmma", "tma", "warp_specialized", "pingpong", "overlap", "tuned"]  # the ladder, in order
-BEST_V3 = "tuned"  # the last rung: a persistent grid
-# tuned with one of its changes undone each (run only when named with --variants)
-V3_ABLATIONS = ["tuned_not_persistent", "tuned_lazy", "tuned_poly", "tuned_2_stages"]
+V3_RUNGS = ["wgmma", "tma", "warp_specialized", "pingpong", "overlap", "persistent", "three_warpgroups",
+            "tuned"]  # the ladder, in order
+BEST_V3 = "tuned"  # the last rung: O by TMA stores
+# Beside the last rung (run only when named with --variants): its LPT tile order, the experiment tile_overlap
+V3_ABLATIONS = ["tuned_lpt", "tile_overlap"]
 STAGE06_IN_V3 = "06_lazy_rescale"  # stage 06's last rung, run by stage 08's program on the same inputs
 V3_PEERS = ["pytorch_flash", "pytorch_cudnn"]  # FlashAttention-2 and cuDNN, through PyTorch's SDPA
 FLASH_V3_STYLE = OrderedDict([
@@ -773,6 +774,8 @@ FLASH_V3_STYLE = OrderedDict([
     ("warp_specialized", dict(color="tab:purple", marker="^", label="warp_specialized")),
     ("pingpong", dict(color="tab:brown", marker="<", label="pingpong")),
     ("overlap", dict(color="tab:olive", marker=">", label="overlap")),
+    ("persistent", dict(color="tab:pink", marker="X", label="persistent")),
+    ("three_warpgroups", dict(color="tab:red", marker="p", label="three_warpgroups")),
     ("tuned", dict(color="tab:blue", marker="D", label="tuned (ours)")),
     (STAGE06_IN_V3, dict(color="tab:cyan", marker="d", ls=":", label="06 lazy_rescale (stage 06's last rung)")),
     ("pytorch_flash", dict(color="black", marker="v", label="FlashAttention-2 (SDPA flash)")),

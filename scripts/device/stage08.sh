@@ -44,10 +44,10 @@ fi
 
 if has test; then
   echo "=== tests ($(date +%T))"
-  timeout 400 build/bin/test_08_flash_v3_gpu >"$OUT/test_gpu.log" 2>&1
-  note "test_08_flash_v3_gpu: rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/test_gpu.log" | tr '\n' ' ')"
+  scripts/device/parallel_tests.sh build/bin/test_08_flash_v3_gpu "$OUT/test_gpu" >"$OUT/test_gpu_summary.txt"
+  note "$(head -n 1 "$OUT/test_gpu_summary.txt")"
+  tail -n +2 "$OUT/test_gpu_summary.txt"
   grep -E "measured SM" "$OUT/test_gpu.log" | sed 's/^/    /'
-  grep -B2 -A12 "ERROR" "$OUT/test_gpu.log" | head -n 60
   if [ -n "${TEST06:-}" ]; then  # stage 06's tests too, when a change touched what 08 shares with it
     timeout 300 build/bin/test_06_flash_v2_gpu >"$OUT/test_06_gpu.log" 2>&1
     note "test_06_flash_v2_gpu: rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/test_06_gpu.log" | tr '\n' ' ')"
@@ -98,7 +98,7 @@ if has bench; then
       >>"$OUT/bench.log" 2>&1 || note "peers: rc=$?"
   done
   if [ -n "${ABLATION:-}" ]; then  # two rounds, the variants in opposite orders (--variants' order)
-    list=${ABLATION_VARIANTS:-overlap,overlap_no_ws,tuned,tuned_not_persistent,tuned_lazy,tuned_poly,tuned_2_stages,tuned_br128,tuned_no_tma_store,tile_overlap,tile_overlap_wait_v_first}
+    list=${ABLATION_VARIANTS:-overlap,overlap_no_ws,tuned,tuned_lpt,tile_overlap,tile_overlap_wait_v_first}
     reversed=$(echo "$list" | tr ',' '\n' | tac | paste -sd,)
     for order in "$list" "$reversed"; do
       for d in 64 128; do
@@ -120,7 +120,8 @@ for r in rows:
 def short(k):
     f = dict(x.split("=") for x in k[1].split() if "=" in x)
     return f"{k[0]} d={f['d']} c={f['causal']} N={f['N']}"
-order = ["06_lazy_rescale", "wgmma", "tma", "warp_specialized", "pingpong", "overlap", "tuned", "tile_overlap",
+order = ["06_lazy_rescale", "wgmma", "tma", "warp_specialized", "pingpong", "overlap", "persistent",
+         "three_warpgroups", "tuned", "tile_overlap",
          "pytorch_flash", "pytorch_cudnn"]
 present = [x for x in order if any(x in v for v in cells.values())]
 last = "tile_overlap" if "tile_overlap" in present else "tuned"

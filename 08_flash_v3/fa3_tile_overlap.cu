@@ -1,28 +1,22 @@
-// An experiment on rung 6 (tuned), not a rung: a tile's end no longer drains the tensor cores. The
-// next tile's first S = Q·Kᵀ is issued together with this tile's last P̃·V, and runs under this
-// tile's epilogue. Run only when named (--variants tile_overlap); chapter 08 has what it measured:
-// a gain of a few % at N = 1024, far from the prediction below, so it did not become rung 7.
+// An experiment, not a rung: a tile's end no longer drains the tensor cores. The next tile's first
+// S = Q·Kᵀ is issued together with this tile's last P̃·V, and runs under this tile's epilogue. Run
+// only when named (--variants tile_overlap); chapter 08 has what it measured: a few %, and not where
+// predicted, so it is not a rung.
 //
-// What changed from rung 6 (fa3_6_tuned.cu):
-//  - Rung 6's consumers, at a tile's end, wait for the last P̃·V, write O out, then start the next
-//    tile with an S that nothing overlaps (the first block has no P̃·V to run beside it) and its
-//    softmax. Both warpgroups reach the end at about the same time, so the tensor cores idle for
-//    an epilogue, an S and a softmax.
+// What changed from rung 7 at two consumer warpgroups (rung 7 at d = 128; fa3_7_three_warpgroups.cu):
+//  - Rung 7's consumers, at a tile's end, wait for the last P̃·V, write O out, then start the next
+//    tile with an S that nothing overlaps and its softmax, both warpgroups at about the same time.
 //  - Here the last P̃·V of tile n and the first S of tile n + 1 are one turn at the tensor cores
-//    (P̃·V first, so that wgmma_wait<1> returns when O is complete); the epilogue of tile n runs
-//    while S of tile n + 1 is computed, and the first softmax of tile n + 1 while the other
-//    warpgroup's products run, as inside a tile.
-//  - For that, tile n + 1's Q must have landed before tile n's last P̃·V: Q has two slots
-//    (kQSlots = 2, tile n in slot n % 2), so the producer loads the next tile's Q as soon as it is
-//    done with this tile's K and V, not after this tile's last S. Shared memory at d = 128: 2 Q
-//    tiles, 2 K/V slots and O's staging, 225 KB of the 227 KB a block may have.
-//  - kWaitVFirst (the variant tile_overlap_wait_v_first): a consumer waits for V_{j−1} before it
-//    takes its turn, not between its two products. It looked harmless and cost 4-9 % (chapter 08):
-//    with two slots V_{j−1} is often still landing when the turn comes, and S_j, which needs only
-//    K_j, could have been running meanwhile.
+//    (P̃·V first, so that wgmma_wait<1> returns when O is complete); tile n's epilogue runs under
+//    tile n + 1's first S. So tile n + 1's Q must have landed before tile n's last P̃·V: Q has two
+//    slots (kQSlots = 2), and the producer loads the next Q once this tile's K and V are issued.
+//    Shared memory at d = 128: 2 Q tiles, 2 K/V slots and O's staging, 225 KB of 227.
+//  - kWaitVFirst (tile_overlap_wait_v_first): a consumer waits for V_{j−1} before it takes its turn,
+//    not between its two products: with two slots V_{j−1} is often still landing when the turn
+//    comes, and S_j, which needs only K_j, could have been running meanwhile (chapter 08: 4-9 %).
 //
-// IO: rung 6's. Predicted: rung 6 pays about a block and a half a tile (its time at N = 1024
-// against 4096), most of it this drain: +10-15 % at N = 1024, a few % at 4096, none at 16384.
+// IO: rung 7's at two warpgroups. Predicted: +10-15 % at N = 1024 (a tile's drain, about a block
+// and a half of work), a few % at 4096, none at 16384.
 #include "check.hpp"
 #include "fa3_common.cuh"
 #include "gpu.hpp"
@@ -104,7 +98,7 @@ __global__ void __launch_bounds__(384, 1)
       if (blocks == 1) pipe.release_q(n);
       mask(0);
       float alpha[2];
-      softmax_scores_tuned<0, 0>(S[0], m[0], l[0], p.scale, alpha);  // o is 0: no rescale
+      softmax_scores_trees(S[0], m[0], l[0], p.scale, alpha);  // o is 0: no rescale
       tc::pack_a<T>(S[0], P[0]);
       for (int b = 1; b < blocks; ++b) {  // rung 6's step
         const int k = it + b;
@@ -123,11 +117,11 @@ __global__ void __launch_bounds__(384, 1)
         pipe.release_k(k);
         if (b == blocks - 1) pipe.release_q(n);  // the tile's last S: tile n + 2's Q may land
         mask(b);
-        const bool moved = softmax_scores_tuned<0, 0>(S[0], m[0], l[0], p.scale, alpha);
+        softmax_scores_trees(S[0], m[0], l[0], p.scale, alpha);
         hopper::wgmma_wait<0>();
         hopper::fence_registers(o[0]);
         pipe.release_v(k - 1);
-        if (moved) rescale_o(o[0], alpha);
+        rescale_o(o[0], alpha);
         tc::pack_a<T>(S[0], P[0]);
       }
       // The tile's last P̃·V and, in the same turn, the next tile's first S (its Q in the other
