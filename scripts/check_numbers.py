@@ -235,7 +235,10 @@ MATMUL_NAMES = {"uncoalesced": "uncoalesced", "coalesced": "coalesced", "smem_ti
                 "cuBLAS SGEMM (chapter 02)": "cublas"}
 
 
-@spec("readme-matmul", "README.md")
+H100_RESULTS = "docs/results/h100/results.md"  # the result tables of the H100 (the README's before)
+
+
+@spec("readme-matmul", H100_RESULTS)
 def _(row, D, F):
     n = row.num("n")
     r = matmul(D, MATMUL_NAMES[row["variant"]], n)
@@ -300,7 +303,7 @@ def softmax(D, stage, variant, C):
     return D.one(stage, variant, "fp32", C=C)
 
 
-@spec("readme-softmax", "README.md")
+@spec("readme-softmax", H100_RESULTS)
 def _(row, D, F):
     variant = row["variant"]
     stage = "03_safe_softmax" if row["stage"] == "03" else "04_online_softmax"
@@ -354,7 +357,7 @@ def attn(D, stage, variant, dtype, B, H, N, d, causal=0, **more):
     return D.one(stage, variant, dtype, B=B, H=H, N=N, d=d, causal=causal, **more)
 
 
-@spec("readme-flash-v1", "README.md")
+@spec("readme-flash-v1", H100_RESULTS)
 def _(row, D, F):
     N = row.num("N")
     get = lambda v: attn(D, "05_flash_v1", v, "fp32", 8, 32, N, 64)  # noqa: E731
@@ -450,7 +453,7 @@ def grid(D, stage, variant, dtype, d, N, causal=0):
     return attn(D, stage, variant, dtype, GRID[(d, N)], 2048 // d, N, d, causal)
 
 
-@spec("readme-flash-v2", "README.md")
+@spec("readme-flash-v2", H100_RESULTS)
 def _(row, D, F):
     d, N = row.num("d"), row.num("N")
     g = lambda v: grid(D, "06_flash_v2", v, "fp16", d, N)  # noqa: E731
@@ -623,7 +626,7 @@ def _(row, D, F):
 
 
 # stage 07: the backward pass
-@spec("readme-backward", "README.md")
+@spec("readme-backward", H100_RESULTS)
 def _(row, D, F):
     d, N = row.num("d"), row.num("N")
     g = lambda v: grid(D, "07_backward", v, "fp16", d, N)  # noqa: E731
@@ -704,6 +707,7 @@ def prose(path, pattern):
         PROSE.append((path, pattern, fn))
         return fn
     return register
+
 
 
 CH01 = "docs/01_naive_matmul.md"
@@ -1230,7 +1234,7 @@ def _(D, F):
 
 
 # stage 08: FlashAttention-3 on Hopper
-@spec("readme-flash-v3", "README.md")
+@spec("readme-flash-v3", H100_RESULTS)
 def _(row, D, F):
     d, N = row.num("d"), row.num("N")
     g = lambda v: grid(D, "08_flash_v3", v, "fp16", d, N)  # noqa: E731
@@ -1256,7 +1260,7 @@ def _(row, D, F):
             "tuned / cuDNN, kernels": cudnn.kernel_ms / tuned.kernel_ms, "tuned / FA-2, kernels": fa2.kernel_ms / tuned.kernel_ms}
 
 
-README = "README.md"
+README = H100_RESULTS  # the front page's tables and statuses moved there
 
 
 @prose(README, r"In fp32, FA-2 runs at ([\d.]+) TFLOP/s at B = 8, H = 32, N = 4096, d = 64: ([\d.]+)× stage 05's FA-1 and ([\d.]+)× PyTorch's mem-efficient kernel; at B = 1, H = 8, N = 16384, where FA-1's one block per head leaves most SMs idle, ([\d.]+)× FA-1")
@@ -2520,7 +2524,7 @@ def stsm_runs09(F):
     return [best08_over09(F, k, "fp8_per_tensor_wide_stsm", 4096, True) for k in STSM_RUNS09]
 
 
-@prose("README.md", r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_stsm`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs, on the line, and ([\d.]+)–([\d.]+)× in fifteen runs on an H200; each cell's figure from its fastest experiment\)")
+@prose(H100_RESULTS, r"three of four cells against stage 08 at its best \(([\d.]+)–([\d.]+)× non-causal, ([\d.]+)× causal N = 16384; causal N = 4096 ([\d.]+)× with `_wide_stsm`, against stage 08 with the same LPT tile order, ([\d.]+)–([\d.]+)× in four runs, on the line, and ([\d.]+)–([\d.]+)× in fifteen runs on an H200; each cell's figure from its fastest experiment\)")
 def _(D, F):
     r = best08_over_mask09(F)
     runs = stsm_runs09(F)
@@ -3072,7 +3076,7 @@ def _(D, F):
     return [first / this, first, this]
 
 
-@prose("README.md", r"On an H200, in the main job: `_wide_stsm` \(the wide rung with the exponential unit\) is ([\d.]+)–([\d.]+)× stage 08's last rung in all four d = 128 cells; `_wide_lin`, P̃'s e4m3 bytes from fp16's bit pattern instead of the exponential unit, ([\d.]+)–([\d.]+)× \(([\d.]+)–([\d.]+)× against stage 08's fastest call; ([\d,]+) TFLOP/s at N = 16384, (\d+)% of an e4m3 matrix product on that card\) and over 1\.5× against either of stage 08's kernels, for (\d+)% more RMSE; the same trick, `_lin`, ([\d.]+)–([\d.]+)× at d = 64; in a run of its own on that card, the rewritten quantisation at ([\d.]+)–([\d.]+) TB/s; the last rungs not yet run on an H100\)")
+@prose(H100_RESULTS, r"On an H200, in the main job: `_wide_stsm` \(the wide rung with the exponential unit\) is ([\d.]+)–([\d.]+)× stage 08's last rung in all four d = 128 cells; `_wide_lin`, P̃'s e4m3 bytes from fp16's bit pattern instead of the exponential unit, ([\d.]+)–([\d.]+)× \(([\d.]+)–([\d.]+)× against stage 08's fastest call; ([\d,]+) TFLOP/s at N = 16384, (\d+)% of an e4m3 matrix product on that card\) and over 1\.5× against either of stage 08's kernels, for (\d+)% more RMSE; the same trick, `_lin`, ([\d.]+)–([\d.]+)× at d = 64; in a run of its own on that card, the rewritten quantisation at ([\d.]+)–([\d.]+) TB/s; the last rungs not yet run on an H100\)")
 def _(D, F):
     gb = [float(r["gbps"]) / 1000 for r in F["h200_09_occ"] if r["variant"].startswith("quant_") and r["ms"]]
     return last_rungs_h200_09(F) + [min(gb), max(gb)]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CTest: bad input ends with a message and exit 2 (README: "Bad input ..."), in the stage programs
+# CTest: bad input ends with a message and exit 2 (docs/running.md: "Bad input ..."), in the stage programs
 # and in ./course run --stages, before any work; and a run with nothing to compare skips the
 # float64 reference.
 #   test_cli.sh BIN_DIR

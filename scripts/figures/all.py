@@ -1,4 +1,5 @@
 """Makes every concept figure in docs/figures/: python3 scripts/figures/all.py"""
+import climb
 import fa3_pingpong
 import fa3_pipeline
 import fp8_error_vs_outliers
@@ -24,3 +25,4 @@ if __name__ == "__main__":
     ring_schedule.main()
     ring_scaling.main()
     fp8_error_vs_outliers.main()
+    climb.main()
