@@ -24,7 +24,7 @@ targets=()
 for s in "${stages[@]}"; do targets+=("$s" "test_${s}_gpu"); done
 if cmake --preset default -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
    cmake --build build -j 16 --target "${targets[@]}" >>"$OUT/build.log" 2>&1; then
-  note "build: ok, $(grep -ci 'warning' "$OUT/build.log") warning lines ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  note "build: ok, $(grep -ci 'warning' "$OUT/build.log") warning lines"
 else
   note "build: FAILED"; tail -n 40 "$OUT/build.log"; exit 1
 fi
@@ -57,5 +57,7 @@ if [ ${#sanitize[@]} -gt 0 ]; then
     grep -E "^=+ (Error|Warning|Race|   )" "$log" | head -n 8
   done
 fi
+# The per-case logs into one archive (the machine returns a limited number of files)
+(cd "$OUT" && tar czf test_logs.tgz test_*_[0-9]*.log && rm -f test_*_[0-9]*.log)
 echo "=== summary ($(date +%T))"
 printf '%s\n' "${summary[@]}"

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Each rung's gain over the rung before, from a stage program's CSV: the geometric mean over the cells
 (dtype, d, causal, N) with the range, for all cells and by d. Medians of the rounds per cell.
-Usage: ladder_steps.py bench.csv rung1,rung2,...   (a markdown table on stdout)"""
+Usage: ladder_steps.py bench.csv rung1,rung2,...   (a markdown table on stdout)
+       ladder_steps.py bench.csv rung1,rung2,... --against BASE   (each rung's speed over BASE's, cell by cell)"""
 import collections, csv, math, statistics, sys
 
 path, order = sys.argv[1], sys.argv[2].split(",")
+against = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--against" else None
 ms = collections.defaultdict(list)  # (variant, dtype, d, causal, N) -> ms of each round
 for r in csv.DictReader(open(path)):
     if not r["ms"]:
@@ -20,6 +22,18 @@ def text(g):
     return f"{math.exp(statistics.mean(math.log(x) for x in g)):.2f}× ({min(g):.2f}–{max(g):.2f})" if g else "–"
 
 
+if against:
+    def name(c):
+        t, d, causal, N = c
+        return f"d = {d}{', causal' if causal == '1' else ''}, N = {N}"
+    print("| rung | " + " | ".join(name(c) for c in cells) + " |")
+    print("|---" * (len(cells) + 1) + "|")
+    for v in order:
+        row = [f"{statistics.median(ms[(against,) + c]) / statistics.median(ms[(v,) + c]):.2f}×"
+               if ms.get((v,) + c) and ms.get((against,) + c) else "" for c in cells]
+        print(f"| `{v}` | " + " | ".join(row) + " |")
+    print(f"\n({against}'s time / the rung's, medians of the rounds)")
+    sys.exit(0)
 print("| step | all cells | d = 64 | d = 128 |")
 print("|---|---|---|---|")
 for a, b in zip(order, order[1:]):

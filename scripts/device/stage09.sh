@@ -13,6 +13,8 @@
 #   accuracy  FA-3's accuracy table (N = 4096) at d = 128 and 64
 #   quant     the quantisation kernels beside a device-to-device copy (QUANT_CELLS "d N [--causal];..."), each
 #             on its minimum bytes as a % of the copy's rate; with QUANT_VARIANTS naming rungs, FP8 end to end
+#   ladder    every rung per tensor beside stage 08's last rung, no counters, two rounds: d = 128 and 64,
+#             causal or not, N = 4096 and 16384 (the wide rungs 3-6 at d = 128 only)
 #   ceiling   an 8192^3 e4m3 matrix product through PyTorch's scaled matmul, median of 50 calls
 # Logs and CSVs land in $OUT; a short table is printed last.
 # Usage there: OUT=/dir STEPS=sass,test scripts/device/stage09.sh   (Eigen/doctest/CLI11 in .deps/)
@@ -181,6 +183,23 @@ if has quant; then  # the quantisation beside a copy (and, with QUANT_VARIANTS n
   done
   grep -E "not run|mismatch|FAIL" "$OUT/quant.log" | sort | uniq -c | head -n 10
   python3 scripts/device/fp8_end_to_end.py "$OUT/quant.csv" | tee "$OUT/quant_table.txt"
+fi
+
+if has ladder; then
+  echo "=== ladder ($(date +%T))"
+  for d in 128 64; do
+    list=08_tuned,e4m3,row_sum,wide,tile_overlap,tile_start,epilogue,lin
+    [ $d = 64 ] && list=08_tuned,e4m3,row_sum,lin
+    for causal in "" "--causal"; do
+      timeout 200 $B/09_flash_v3_fp8 --tokens 16384 --heads $((2048 / d)) --seq 4096,16384 --d $d $causal --dtype fp16 \
+        --variants "$list" --schemes per_tensor --rounds 2 --reps 20 --no-counters --csv "$OUT/ladder.csv" \
+        >>"$OUT/ladder.log" 2>&1 || note "ladder d=$d $causal: rc=$?"
+    done
+  done
+  grep -E "not run|mismatch|FAIL" "$OUT/ladder.log" | sort | uniq -c | head -n 10
+  python3 scripts/device/ladder_steps.py "$OUT/ladder.csv" \
+    e4m3.per_tensor,row_sum.per_tensor,wide.per_tensor,tile_overlap.per_tensor,tile_start.per_tensor,epilogue.per_tensor,lin.per_tensor \
+    --against 08_tuned | tee "$OUT/ladder_table.txt"
 fi
 
 if has bench; then
