@@ -1,6 +1,7 @@
 """Makes every concept figure in docs/figures/: python3 scripts/figures/all.py"""
 import climb
 import fa3_pingpong
+import fp8_ladder
 import fa3_pipeline
 import fp8_error_vs_outliers
 import loop_orders
@@ -26,3 +27,4 @@ if __name__ == "__main__":
     ring_scaling.main()
     fp8_error_vs_outliers.main()
     climb.main()
+    fp8_ladder.main()
