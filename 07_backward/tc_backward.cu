@@ -144,9 +144,8 @@ __global__ void __launch_bounds__(32 * kWarps, 8 / kWarps) flash_backward_kv(Par
     // Sᵀ = K_w·Q_iᵀ and dPᵀ = V_w·dO_iᵀ (16·MT keys × Br queries each), then Pᵀ = exp(scale·Sᵀ − L),
     // the forward's P recomputed, and dSᵀ = Pᵀ ∘ (dPᵀ − D). The mask goes on Sᵀ first, as stage 06
     // does it (−∞, in blocks that need it), so that no branch separates the exps from dPᵀ's mma's:
-    // in one basic block the compiler interleaves them. With the mask test inside the exp loop, as
-    // this stage first had it, every exp waited for the last mma (chapter 07, rung log: with the
-// predicated dQ reductions, 4-12%).
+    // in one basic block the compiler interleaves them. With the mask test inside the exp loop, every
+    // exp would wait for the last mma.
     float St[MT][NT][4] = {}, dPt[MT][NT][4] = {};
     if constexpr (F::kFragsInRegisters) qk_ldmatrix<T, D, 1, NT>(St, kf, Qs(b));
     else qk_smem_q<T, D, MT, NT>(St, Ks, 16 * MT * warp, Qs(b));
