@@ -43,8 +43,9 @@ void launch_tc_tuned(const Shape& s, course::Dtype t, const void* Q, const void*
                      void* O, float* L);
 void launch_tc_lazy_rescale(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                            void* O, float* L);
-// For stage 07's D from the unrounded O: while O32 is not null, rungs tuned and lazy_rescale also
-// write O before its rounding to the dtype, in fp32 (B·H·N·d floats), beside O.
-void set_unrounded_output(float* O32);
+// Rung tuned for stage 07's D from the unrounded O: it also writes O before its rounding to the
+// dtype, in fp32 (B·H·N·d floats at O32), beside O.
+void launch_tc_tuned_unrounded(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                               void* O, float* L, float* O32);
 
 }  // namespace attention

@@ -105,14 +105,10 @@ __global__ void __launch_bounds__(128, 2) flash_v2_tuned(Params p) {
 }  // namespace tc
 
 namespace {
-float* unrounded_output = nullptr;  // set_unrounded_output
-}  // namespace
-
-void set_unrounded_output(float* O32) { unrounded_output = O32; }
-
+// O32: not null, O before its rounding too, in fp32 (stage 07's D from the unrounded O).
 template <int kLazyLog2>
 void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
-                  void* O, float* L) {
+                  void* O, float* L, float* O32 = nullptr) {
   tc::dispatch(name, s, t, [&](auto config) {
     using C = decltype(config);
     constexpr size_t bytes = tc::Tuned<C::D>::kBytes;
@@ -121,15 +117,21 @@ void launch_tuned(const char* name, const Shape& s, course::Dtype t, const void*
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     const dim3 grid((s.N + 127) / 128, s.heads());
     tc::Params p = tc::params(Q, K, V, O, L, s.N, s.causal, C::D);
-    p.O32 = unrounded_output;
+    p.O32 = O32;
     kernel<<<grid, 128, bytes>>>(p);
     CUDA_CHECK_LAUNCH();
   });
 }
 
+}  // namespace
+
 void launch_tc_tuned(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
                      void* O, float* L) {
   launch_tuned<0>("tuned", s, t, Q, K, V, O, L);
+}
+void launch_tc_tuned_unrounded(const Shape& s, course::Dtype t, const void* Q, const void* K, const void* V,
+                               void* O, float* L, float* O32) {
+  launch_tuned<0>("tuned", s, t, Q, K, V, O, L, O32);
 }
 
 // Rung 5: the same kernel with one idea from FlashAttention-4 (kLazyLog2 = 8), past what FA-2 does.

@@ -39,7 +39,7 @@ struct Params {
   float scale;  // 1/√d
   int Nk;       // keys at or past Nk are hidden: N, except in stage 10, whose chunks end in padding rows
   // Not null: write_output also writes O before its rounding, in fp32 (stage 07's D from the
-  // unrounded O; set_unrounded_output).
+  // unrounded O; launch_tc_tuned_unrounded).
   float* O32 = nullptr;
 };
 

@@ -113,12 +113,9 @@ struct BackwardDeviceRun {
   // attention: O and P, by its own forward.
   void forward(const Shape& s) {
     if (standard) return launch_standard_forward(s, t, args(), fp32() ? static_cast<void*>(Of.get()) : Oh.get());
+    if (O32.size()) return launch_tc_tuned_unrounded(s, t, Qh.get(), Kh.get(), Vh.get(), Oh.get(), L.get(), O32.get());
     const std::string name = fp32() ? "flash_v2" : "tuned";  // named: no reference to a temporary
     const ForwardVariant& v = v2_registry().find(name);
-    struct Unrounded {  // set for this launch only, also when it throws (O32 is freed with this run)
-      explicit Unrounded(float* o) { set_unrounded_output(o); }
-      ~Unrounded() { set_unrounded_output(nullptr); }
-    } unrounded(O32.size() ? O32.get() : nullptr);
     v.launch(s, t, args().Q, args().K, args().V, fp32() ? static_cast<void*>(Of.get()) : Oh.get(), L.get());
   }
   BackwardArgs args() {
