@@ -144,25 +144,31 @@ __device__ inline int swizzle128(int r, int c) {
   "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
   "%62, %63, %64, %65, %66, %67}"
 
-// A and B both from shared memory, both K-major (S = Q·Kᵀ: Q's rows and K's rows are d-contiguous).
-//   wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}  d, a-desc, b-desc, scale-d, 1, 1, 0, 0
+// A and B both from shared memory, both K-major by default (S = Q·Kᵀ: Q's rows and K's rows are
+// d-contiguous); kTrans = true takes both MN-major (imm-trans-a = imm-trans-b = 1: stage 11's
+// dQ = dS·K, dS stored as dSᵀ and K key-major).
+//   wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}  d, a-desc, b-desc, scale-d, 1, 1, tA, tB
 // accumulate = false: D = A·B (scale-d 0: the old D is ignored, so it need not be zeroed).
-#define HOPPER_WGMMA_SS(N, AB, REGS, ACC, A, B, S)                                           \
+#define HOPPER_WGMMA_SS(N, AB, REGS, ACC, A, B, S, TRANS)                                    \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " S ", 0;\n"                             \
                " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32" AB AB " " REGS ", " A ", " B \
-               ", p, 1, 1, 0, 0;\n}\n"                                                       \
+               ", p, 1, 1, " TRANS ";\n}\n"                                                  \
                : ACC                                                                          \
                : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)))
-template <class T, int N>
+template <class T, int N, bool kTrans = false>
 __device__ inline void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
   static_assert(N == 64 || N == 128, "wgmma_ss: N = 64 or 128");
   constexpr bool half = std::is_same_v<T, __half>;
   if constexpr (N == 64) {
-    if constexpr (half) HOPPER_WGMMA_SS(64, ".f16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34");
-    else HOPPER_WGMMA_SS(64, ".bf16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34");
+    if constexpr (half && kTrans) HOPPER_WGMMA_SS(64, ".f16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "1, 1");
+    else if constexpr (half) HOPPER_WGMMA_SS(64, ".f16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "0, 0");
+    else if constexpr (kTrans) HOPPER_WGMMA_SS(64, ".bf16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "1, 1");
+    else HOPPER_WGMMA_SS(64, ".bf16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "0, 0");
   } else {
-    if constexpr (half) HOPPER_WGMMA_SS(128, ".f16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66");
-    else HOPPER_WGMMA_SS(128, ".bf16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66");
+    if constexpr (half && kTrans) HOPPER_WGMMA_SS(128, ".f16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "1, 1");
+    else if constexpr (half) HOPPER_WGMMA_SS(128, ".f16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "0, 0");
+    else if constexpr (kTrans) HOPPER_WGMMA_SS(128, ".bf16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "1, 1");
+    else HOPPER_WGMMA_SS(128, ".bf16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "0, 0");
   }
 }
 

@@ -1,0 +1,15 @@
+// Stage 11's kernels: the key-outer pass of the backward on Hopper (device pointers, stage 07's
+// layout and BackwardArgs). Defined only in a CUDA build that targets sm_90a; each launcher checks
+// the shape and the GPU (a Hopper) and throws UsageError before launching. One launcher a rung:
+//   wgmma   (fa3_bwd_1_wgmma.cu)   the five products by warpgroup MMAs, loads by cp.async
+// Each adds dQ's shares into dQacc; stage 07's preprocess (D, dQacc = 0) runs before it and its
+// dq_convert after (variants.cpp).
+#pragma once
+
+#include "../07_backward/kernels.cuh"
+
+namespace attention {
+
+void launch_fa3_bwd_wgmma(const Shape& s, course::Dtype t, const BackwardArgs& a);
+
+}  // namespace attention

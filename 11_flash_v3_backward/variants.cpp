@@ -1,0 +1,56 @@
+#include "variants.hpp"
+
+#include "check.hpp"
+#if COURSE_HAS_HOPPER
+#include "kernels.cuh"
+#endif
+
+namespace attention {
+
+namespace {
+
+using course::Dtype;
+
+// Rung 1's blocks (fa3_bwd_1_wgmma.cu): key blocks of 128 (two warpgroups of 64), query blocks of 64.
+constexpr Tiles kWgmmaTiles{64, 128};
+
+#if COURSE_HAS_HOPPER
+// The whole backward of an atomic rung: stage 07's preprocess (D, dQacc = 0), the key-outer pass,
+// dQ = scale·dQacc.
+BackwardLaunch atomic(void (*pass)(const Shape&, Dtype, const BackwardArgs&)) {
+  return [pass](const Shape& s, Dtype t, const BackwardArgs& a) {
+    course::require(a.dQacc != nullptr, "an atomic backward needs dQacc");
+    launch_backward_preprocess(s, t, a);
+    pass(s, t, a);
+    launch_dq_convert(s, t, a);
+  };
+}
+#define COURSE_HOPPER(f) BackwardLaunch(atomic(f))
+#else
+#define COURSE_HOPPER(f) BackwardLaunch()
+#endif
+
+}  // namespace
+
+const Registry<BwdVariant>& v3_bwd_registry() {
+  static const std::vector<Dtype> half = {Dtype::fp16, Dtype::bf16};
+  static const Registry<BwdVariant> registry(
+      "11", {
+                {{"wgmma", half, {64, 128}, "rung 1: the five products by wgmma (S and dP transposed), loads by cp.async"},
+                 {kWgmmaTiles}, COURSE_HOPPER(launch_fa3_bwd_wgmma)},
+            });
+  return registry;
+}
+
+std::vector<BwdVariant> stage07_beside() {
+  std::vector<BwdVariant> beside;
+  for (const char* name : {"wide", "split"}) {
+    BwdVariant v = bwd_registry().find(name);
+    v.name = std::string("07_") + name;
+    v.summary = "stage 07's fastest at d = " + std::to_string(v.ds.front()) + " (mma.sync), the yardstick";
+    beside.push_back(v);
+  }
+  return beside;
+}
+
+}  // namespace attention
