@@ -24,6 +24,8 @@ void require_plan(const BackwardPlan& p) {
   course::require(p.kv.Br >= 1 && p.kv.Bc >= 1, "flash backward: block sizes must be positive");
   course::require(!p.deterministic || (p.dq.Br >= 1 && p.dq.Bc >= 1),
                   "flash backward: the deterministic dQ pass needs block sizes");
+  course::require(p.dq_shares >= 1 && p.kv.Bc % p.dq_shares == 0 && (p.dq_shares == 1 || !p.deterministic),
+                  "flash backward: dQ's shares must divide the key block (atomic plans only)");
 }
 
 }  // namespace
@@ -105,27 +107,30 @@ course::IoCount flash_backward_counted(const Shape& s, course::Dtype dtype, cons
         load_rows(gQ, row0, rows, Qi.data());
         load_rows(gdO, row0, rows, dOi.data());
         load_stats(row0, rows, kStatsRowsPerRequest);
-        std::fill(dQi.begin(), dQi.end(), 0.0f);
-        for (int r = 0; r < rows; ++r)
-          for (int c = 0; c < keys; ++c) {
-            if (!visible(s, row0 + r, key0 + c)) continue;
-            const float* q_row = &Qi[std::size_t(r) * d];
-            const float* do_row = &dOi[std::size_t(r) * d];
-            const float* k_row = &Kj[std::size_t(c) * d];
-            const Pair p = pair(q_row, do_row, Li[r], Di[r], k_row, &Vj[std::size_t(c) * d]);
-            const float P = round(p.P), dS = round(p.dS);
-            for (int x = 0; x < d; ++x) {
-              dVj[std::size_t(c) * d + x] += P * do_row[x];
-              dKj[std::size_t(c) * d + x] += dS * q_row[x];
-              dQi[std::size_t(r) * d + x] += dS * k_row[x];
+        const int share_keys = t.Bc / plan.dq_shares;
+        for (int part = 0; part < plan.dq_shares; ++part) {  // dQ_i's share of keys part·share_keys on
+          std::fill(dQi.begin(), dQi.end(), 0.0f);
+          for (int r = 0; r < rows; ++r)
+            for (int c = part * share_keys; c < std::min(keys, (part + 1) * share_keys); ++c) {
+              if (!visible(s, row0 + r, key0 + c)) continue;
+              const float* q_row = &Qi[std::size_t(r) * d];
+              const float* do_row = &dOi[std::size_t(r) * d];
+              const float* k_row = &Kj[std::size_t(c) * d];
+              const Pair p = pair(q_row, do_row, Li[r], Di[r], k_row, &Vj[std::size_t(c) * d]);
+              const float P = round(p.P), dS = round(p.dS);
+              for (int x = 0; x < d; ++x) {
+                dVj[std::size_t(c) * d + x] += P * do_row[x];
+                dKj[std::size_t(c) * d + x] += dS * q_row[x];
+                dQi[std::size_t(r) * d + x] += dS * k_row[x];
+              }
             }
-          }
-        if (!plan.deterministic)
-          for (int r = 0; r < rows; ++r) {  // an atomic add: the values go to L2, which adds them
-            float* target = &acc[row(row0 + r)];
-            for (int x = 0; x < d; ++x) a[x] = target[x] + dQi[std::size_t(r) * d + x];
-            gAcc.store(row(row0 + r), d, a.data());
-          }
+          if (!plan.deterministic)
+            for (int r = 0; r < rows; ++r) {  // an atomic add: the values go to L2, which adds them
+              float* target = &acc[row(row0 + r)];
+              for (int x = 0; x < d; ++x) a[x] = target[x] + dQi[std::size_t(r) * d + x];
+              gAcc.store(row(row0 + r), d, a.data());
+            }
+        }
       }
       for (std::size_t x = 0; x < std::size_t(keys) * d; ++x) dKj[x] *= scale;
       for (int c = 0; c < keys; ++c) {
@@ -197,7 +202,7 @@ double flash_backward_model_bytes(const Shape& s, course::Dtype dtype, const Bac
     for (int j = 0; j < Tc; ++j)
       for (int i = first_query_block(t.Br, t.Bc, s.causal, j); i < Tr; ++i) {
         const int rows = std::min(t.Br, N - i * t.Br);
-        bytes += rows * (2.0 * row + (plan.deterministic ? 0.0 : acc_row));
+        bytes += rows * (2.0 * row + (plan.deterministic ? 0.0 : plan.dq_shares * acc_row));
         bytes += 2.0 * 32.0 * stat_sectors(first, i * t.Br, rows);
       }
     if (!plan.deterministic) {

@@ -26,6 +26,10 @@ struct BackwardPlan {
   Tiles kv;
   bool deterministic = false;
   Tiles dq = {0, 0};  // deterministic only
+  // Atomic: the key-outer pass adds dQ_i's share of a key block in this many parts, one for each
+  // Bc / dq_shares keys (stage 11's rung 1: one a warpgroup of 64 keys); each part adds all of the
+  // query block's rows.
+  int dq_shares = 1;
 };
 
 // The rows and the float vectors (L, D) move in requests of one warp: 32 floats from a block's
@@ -71,7 +75,7 @@ course::IoCount flash_backward_counted(const Shape& s, course::Dtype dtype, cons
 // The model, exact for every N:
 //   per head, with e the element size and pairs = Σ_j Σ_{i meets j} rows(i):
 //   preprocess  2·e·N·d (O, dO) + D  (+ 4·N·d: dQacc = 0)
-//   key-outer   4·e·N·d (K, V in; dK, dV out) + pairs·(2·e·d + 4·d if atomic) + L and D per pair
+//   key-outer   4·e·N·d (K, V in; dK, dV out) + pairs·(2·e·d + dq_shares·4·d if atomic) + L and D per pair
 //   atomic      + 4·N·d + e·N·d  (dQacc read, dQ written)
 //   determin.   + the query-outer pass: Q, dO, L, D and dQ once, K and V once per query block
 // so ≈ (2·e + 4)·N²·d/Bc (atomic) against the forward's 4·e·N²·d/Br.

@@ -33,6 +33,7 @@ TEST_CASE("the ladder: rungs in the chapter's order, fp16 and bf16, d = 64 and 1
   }
   CHECK(v3_bwd_registry().find("wgmma").plan.kv.Br == 64);
   CHECK(v3_bwd_registry().find("wgmma").plan.kv.Bc == 128);
+  CHECK(v3_bwd_registry().find("wgmma").plan.dq_shares == 2);  // one a warpgroup
   const auto beside = stage07_beside();
   REQUIRE(beside.size() == 2);
   CHECK(beside[0].name == "07_wide");

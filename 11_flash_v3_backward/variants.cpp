@@ -11,7 +11,8 @@ namespace {
 
 using course::Dtype;
 
-// Rung 1's blocks (fa3_bwd_1_wgmma.cu): key blocks of 128 (two warpgroups of 64), query blocks of 64.
+// Rung 1's blocks (fa3_bwd_1_wgmma.cu): key blocks of 128 (two warpgroups of 64), query blocks of 64;
+// dQ's share added by each warpgroup apart (two a pair).
 constexpr Tiles kWgmmaTiles{64, 128};
 
 #if COURSE_HAS_HOPPER
@@ -37,7 +38,7 @@ const Registry<BwdVariant>& v3_bwd_registry() {
   static const Registry<BwdVariant> registry(
       "11", {
                 {{"wgmma", half, {64, 128}, "rung 1: the five products by wgmma (S and dP transposed), loads by cp.async"},
-                 {kWgmmaTiles}, COURSE_HOPPER(launch_fa3_bwd_wgmma)},
+                 {kWgmmaTiles, false, {0, 0}, 2}, COURSE_HOPPER(launch_fa3_bwd_wgmma)},
             });
   return registry;
 }

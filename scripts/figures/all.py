@@ -1,4 +1,5 @@
 """Makes every concept figure in docs/figures/: python3 scripts/figures/all.py"""
+import bwd_dataflow
 import climb
 import fa3_pingpong
 import fp8_ladder
@@ -28,3 +29,4 @@ if __name__ == "__main__":
     fp8_error_vs_outliers.main()
     climb.main()
     fp8_ladder.main()
+    bwd_dataflow.main()
