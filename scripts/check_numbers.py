@@ -2434,7 +2434,7 @@ def ms_spread09(F, key, variant, N, causal):
     return spread_by_process09(F, key, variant, N, causal)
 
 
-@spec("ch08-lpt", "docs/08_flash_v3.md")
+@spec("ch08-lpt", "docs/results/h100/chapter08_tries.md")
 def _(row, D, F):
     N = 4096 if "N = 4096" in row["cell"] else 16384
     c = "causal" in row["cell"]
@@ -2442,7 +2442,7 @@ def _(row, D, F):
     return {"`tuned`: ms (min–max)": t, "`tuned_lpt`: ms (min–max)": lpt, "`tuned` / `tuned_lpt`": t[0] / lpt[0]}
 
 
-@prose("docs/08_flash_v3.md", r"a first run gave ([\d.]+), and groups of 16\sheads ([\d.]+)")
+@prose("docs/results/h100/chapter08_tries.md", r"a first run gave ([\d.]+), and groups of 16\sheads ([\d.]+)")
 def _(D, F):
     m = lambda v: by_process09(F, "stage09_lpt08", v, 4096, True)  # noqa: E731
     return [m("08_tuned") / m("08_tuned_lpt"), m("08_tuned") / m("08_tuned_lpt_hg16")]
