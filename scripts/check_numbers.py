@@ -1394,7 +1394,7 @@ def _(D, F):
     return out
 
 
-@prose(CH06, r"one round, fp16, N = 1024 and 16384, the step before's time / the step's: 4a ([\d.]+)–([\d.]+)×; 4b ([\d.]+)–([\d.]+)× at d = 64 but ([\d.]+)–([\d.]+)× at d = 128; 4c ([\d.]+)–([\d.]+)×; 4d ([\d.]+)–([\d.]+)× except ([\d.]+)× at d = 128 causal, N = 16384; 4e ([\d.]+)–([\d.]+)×, the largest step at d = 128 only; 3 → 4e ([\d.]+)–([\d.]+)×")
+@prose("docs/results/h100/chapter06_rung_log.md", r"one round, fp16, N = 1024 and 16384, the step before's time / the step's: 4a ([\d.]+)–([\d.]+)×; 4b ([\d.]+)–([\d.]+)× at d = 64 but ([\d.]+)–([\d.]+)× at d = 128; 4c ([\d.]+)–([\d.]+)×; 4d ([\d.]+)–([\d.]+)× except ([\d.]+)× at d = 128 causal, N = 16384; 4e ([\d.]+)–([\d.]+)×, the largest step at d = 128 only; 3 → 4e ([\d.]+)–([\d.]+)×")
 def _(D, F):
     total = [rung4_ms(F, "cp_async", *x) / rung4_ms(F, "tuned", *x) for x in RUNG4_CELLS]
     return (rung4_all(F, "exp2") + rung4_all(F, "one_barrier", lambda d, c, N: d == 64)
