@@ -486,7 +486,7 @@ def _(row, D, F):
             "peak device memory": Bytes(r.peak_mem_bytes)}
 
 
-@spec("ch06-last-rungs", "docs/06_flash_v2.md")
+@spec("ch06-last-rungs", H100_RESULTS)
 def _(row, D, F):
     d, N, c = row.num("d"), row.num("N"), 1 if row["causal"] == "yes" else 0
     g = lambda v, t="fp16": grid(D, "06_flash_v2", v, t, d, N, c).tflops  # noqa: E731
@@ -959,7 +959,7 @@ def _(D, F):
     return [Bytes(r.l2), Bytes(tensor, "MB"), Bytes(4 * tensor), Bytes(r.dram)]
 
 
-@prose(CH06, r"The rungs, as a fraction of FA-2 at N = 4096, d = 64, fp16: mma (\d+) %, ldmatrix (\d+) %, cp_async (\d+) %, tuned (\d+) %, lazy_rescale (\d+) %")
+@prose(H100_RESULTS, r"The rungs, as a fraction of FA-2 at N = 4096, d = 64, fp16: mma (\d+) %, ldmatrix (\d+) %, cp_async (\d+) %, tuned (\d+) %, lazy_rescale (\d+) %")
 def _(D, F):
     g = lambda v: grid(D, "06_flash_v2", v, "fp16", 64, 4096).tflops  # noqa: E731
     return [100 * g(v) / g("pytorch_flash") for v in ("mma", "ldmatrix", "cp_async", "tuned", "lazy_rescale")]
@@ -971,7 +971,7 @@ def ratio_range(D, num, den, dtypes=("fp16", "bf16"), ds=(64, 128), Ns=(1024, 40
     return min(vals), max(vals)
 
 
-@prose(CH06, r"The last rung is ([\d.]+)–([\d.]+)× FA-2 in all 24 cells: at d = 64 (\d+)–(\d+) % faster, at d = 128 (\d+)–(\d+) %")
+@prose(H100_RESULTS, r"The last rung is ([\d.]+)–([\d.]+)× FA-2 in all 24 cells: at d = 64 (\d+)–(\d+) % faster, at d = 128 (\d+)–(\d+) %")
 def _(D, F):
     lo, hi = ratio_range(D, "lazy_rescale", "pytorch_flash")
     a, b = ratio_range(D, "lazy_rescale", "pytorch_flash", ds=(64,))
@@ -993,13 +993,13 @@ def event_over_kernel(D, variant, stage="06_flash_v2", ds=(64, 128), extremum=ma
                     for t in ("fp16", "bf16") for d in ds for N in (1024, 4096, 16384) for c in (0, 1))
 
 
-@prose(CH06, r"For ours the two agree: the last rung's event times are within ([\d.]+) % of its kernel times\. The peers' do not quite: FA-2's event times are up to (\d+) % above its kernel times, cuDNN's up to (\d+) %")
+@prose(H100_RESULTS, r"For ours the two agree: the last rung's event times are within ([\d.]+) % of its kernel times\. The peers' do not quite: FA-2's event times are up to (\d+) % above its kernel times, cuDNN's up to (\d+) %")
 def _(D, F):
     ours = max(abs(event_over_kernel(D, "lazy_rescale", extremum=f)) for f in (min, max))
     return [ours, event_over_kernel(D, "pytorch_flash"), event_over_kernel(D, "pytorch_cudnn")]
 
 
-@prose(CH06, r"By the kernel times the last rung is ([\d.]+)–([\d.]+)× FA-2 in all 24 cells \(([\d.]+)–([\d.]+)× at d = 64, ([\d.]+)–([\d.]+)× at d = 128\), a little less than the events say, and cuDNN is ([\d.]+)–([\d.]+)× faster than ours")
+@prose(H100_RESULTS, r"By the kernel times the last rung is ([\d.]+)–([\d.]+)× FA-2 in all 24 cells \(([\d.]+)–([\d.]+)× at d = 64, ([\d.]+)–([\d.]+)× at d = 128\), a little less than the events say, and cuDNN is ([\d.]+)–([\d.]+)× faster than ours")
 def _(D, F):
     lo, hi = kernel_ratio_range(D, "lazy_rescale", "pytorch_flash")
     a, b = kernel_ratio_range(D, "lazy_rescale", "pytorch_flash", ds=(64,))
@@ -1249,7 +1249,7 @@ def _(row, D, F):
     return out
 
 
-@spec("ch08-ladder", "docs/08_flash_v3.md")
+@spec("ch08-ladder", H100_RESULTS)
 def _(row, D, F):
     d, N, c, t = row.num("d"), row.num("N"), 1 if row["causal"] == "yes" else 0, row["dtype"]
     g = lambda v: grid(D, "08_flash_v3", v, t, d, N, c)  # noqa: E731
