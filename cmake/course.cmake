@@ -88,12 +88,14 @@ function(course_gpu_test test)
     add_executable(test_${test} ${T_SOURCES})
     target_link_libraries(test_${test} PRIVATE ${T_LINK} ${T_MAIN})
     course_warnings(test_${test})
-    add_test(NAME ${test} COMMAND test_${test})
+    # Its test cases in processes of their own, several at once (scripts/run_gpu_cases.sh).
+    add_test(NAME ${test} COMMAND ${CMAKE_SOURCE_DIR}/scripts/run_gpu_cases.sh $<TARGET_FILE:test_${test}>)
   else()
     add_test(NAME ${test} COMMAND sh -c "echo 'SKIP: built without CUDA (no CUDA compiler at configure time)'; exit 77")
   endif()
-  # RESOURCE_LOCK: ctest -j runs the GPU tests one at a time, since two processes cannot read the
-  # hardware counters at once (CUPTI_ERROR_HARDWARE_BUSY) and timings would disturb each other.
+  # RESOURCE_LOCK: ctest -j runs the GPU test programs one at a time (each runs its own cases
+  # several at once, and those that read the hardware counters alone: two processes cannot read
+  # them at once, CUPTI_ERROR_HARDWARE_BUSY).
   set_tests_properties(${test} PROPERTIES LABELS "${T_LABELS};gpu" SKIP_RETURN_CODE 77 TIMEOUT 900
                                           RESOURCE_LOCK gpu)
 endfunction()

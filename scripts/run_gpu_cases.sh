@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# CTest's command for a GPU test program: its test cases, each in a process of its own, several at
+# once (their time is mostly the CPU's float64 references; the GPU is shared), then the cases that
+# read the hardware counters (their names say "measured") one at a time, since two processes cannot
+# read them at once. A line for each case as it ends; the failures' output at the end.
+# Usage: run_gpu_cases.sh <test program> [doctest options]   (COURSE_TEST_JOBS: at most this many at
+# once; default: the CPU's cores). Exit: 77 when the program skips (no usable GPU), 1 if a case failed.
+set -uo pipefail
+bin=$1
+shift
+list=$("$bin" --list-test-cases --no-version "$@" 2>&1)
+rc=$?
+if [ "$rc" != 0 ]; then
+  printf '%s\n' "$list"
+  exit "$rc"  # 77: skipped, with the reason printed
+fi
+mapfile -t cases < <(printf '%s\n' "$list" | grep -vE '^\[doctest\]|^=+$|^GPU tests on|^SKIP' | sed '/^$/d')
+[ "${#cases[@]}" -gt 0 ] || { echo "$bin: no test cases listed"; exit 1; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+jobs=${COURSE_TEST_JOBS:-$(nproc)}
+total=${#cases[@]} done=0 failed=0
+printf '%s\n' "$list" | grep -E '^GPU tests on' | head -n 1
+run() {  # case index k: its output in $dir/k.log, its exit status in $dir/k.rc
+  local k=$1 pat
+  pat=$(printf '%s' "${cases[$k]}" | sed 's/[][,*?]/?/g')  # doctest's filters take wildcards
+  "$bin" --no-version --duration=true "-tc=$pat" "$@" >"$dir/$k.log" 2>&1
+  echo $? >"$dir/$k.rc"
+}
+report() {
+  local k=$1 rc
+  rc=$(cat "$dir/$k.rc")
+  done=$((done + 1))
+  if [ "$rc" = 0 ]; then
+    echo "[$done/$total] passed: ${cases[$k]}"
+  else
+    failed=$((failed + 1))
+    echo "[$done/$total] FAILED (exit $rc): ${cases[$k]}"
+  fi
+}
+alone=() pids=() running=()
+for k in "${!cases[@]}"; do
+  if [[ "${cases[$k]}" == *measured* ]]; then alone+=("$k"); continue; fi
+  while [ "${#running[@]}" -ge "$jobs" ]; do  # wait for one to end
+    wait -n 2>/dev/null
+    still=()
+    for j in "${running[@]}"; do
+      if [ -f "$dir/$j.rc" ]; then report "$j"; else still+=("$j"); fi
+    done
+    running=("${still[@]+"${still[@]}"}")
+  done
+  run "$k" "$@" &
+  running+=("$k")
+done
+wait
+for j in "${running[@]+"${running[@]}"}"; do report "$j"; done
+for k in "${alone[@]+"${alone[@]}"}"; do
+  run "$k" "$@"
+  report "$k"
+done
+for k in "${!cases[@]}"; do
+  if [ "$(cat "$dir/$k.rc")" != 0 ]; then
+    echo "=== ${cases[$k]}"
+    cat "$dir/$k.log"
+  fi
+done
+grep -hE '^\[doctest\] assertions' "$dir"/*.log | awk '{n += $3; f += $8} END {printf "%d cases, %d assertions, %d failed\n", '"$total"', n, f}'
+[ "$failed" = 0 ]
