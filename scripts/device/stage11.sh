@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Stage 11 on the GPU machine, in one call: build stage 11 (and what it reuses), then the steps named
+# in STEPS (comma-separated, in this order):
+#   test      the stage's GPU tests, every case in a process of its own (scripts/run_gpu_cases.sh)
+#   sanitize  compute-sanitizer's four tools on the GPU tests at once (COURSE_SANITIZER=1: small shapes)
+#   bench     the ladder over FA-2's benchmark grid (B·N = 16384, H = 2048 / d, N = SEQ; DTYPES, default
+#             fp16) beside stage 07's fastest, then SDPA's backward (flash, cuDNN) in the same call;
+#             ROUNDS rounds, each ours then the peers
+# Logs and CSVs land in $OUT; a table of each rung's and peer's TFLOP/s and × cuDNN is printed last.
+# Usage there: OUT=/dir STEPS=test,bench scripts/device/stage11.sh   (Eigen/doctest/CLI11 in .deps/)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+STEPS=",${STEPS:-test,bench},"
+DTYPES=${DTYPES:-fp16}
+SEQ=${SEQ:-1024,4096,16384}
+export COURSE_NO_APT=1 PYTHONUNBUFFERED=1
+has() { [[ "$STEPS" == *",$1,"* ]]; }
+summary=()
+note() { summary+=("$1"); echo "    $1"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
+echo "=== build ($(date +%T))"
+if cmake --preset default -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
+   cmake --build build -j 16 --target 11_flash_v3_backward >>"$OUT/build.log" 2>&1; then
+  note "build: ok, $(grep -ci 'warning' "$OUT/build.log") warning lines"
+else
+  note "build: FAILED"; tail -n 40 "$OUT/build.log"; exit 1
+fi
+if has test; then
+  echo "=== tests ($(date +%T))"
+  scripts/run_gpu_cases.sh build/bin/test_11_flash_v3_backward_gpu >"$OUT/test_gpu.log" 2>&1
+  note "test_11_flash_v3_backward_gpu: rc=$? $(tail -n 1 "$OUT/test_gpu.log")"
+  grep -A30 "^=== " "$OUT/test_gpu.log" | head -n 60
+fi
+if has sanitize; then
+  echo "=== compute-sanitizer ($(date +%T))"
+  pids=()
+  for tool in memcheck racecheck synccheck initcheck; do
+    COURSE_SANITIZER=1 timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      build/bin/test_11_flash_v3_backward_gpu >"$OUT/sanitize_$tool.log" 2>&1 &
+    pids+=($!)
+  done
+  k=0
+  for tool in memcheck racecheck synccheck initcheck; do
+    wait "${pids[$k]}"; rc=$?; k=$((k + 1))
+    note "sanitizer $tool: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -n 1) $(grep -E '^\[doctest\] assertions' "$OUT/sanitize_$tool.log")"
+  done
+fi
+if has bench; then
+  echo "=== bench ($(date +%T))"
+  csv="$OUT/bench.csv"
+  for round in $(seq 1 "${ROUNDS:-1}"); do
+    for d in 64 128; do
+      for causal in "" "--causal"; do
+        timeout 200 build/bin/11_flash_v3_backward --tokens 16384 --heads $((2048 / d)) --seq "$SEQ" --d $d $causal \
+          --dtype "$DTYPES" --check-heads 1 --no-counters --count-limit 0 ${VARIANTS:+--variants "$VARIANTS"} \
+          --csv "$csv" >>"$OUT/bench.log" 2>&1 || note "bench d=$d $causal: rc=$?"
+      done
+    done
+    timeout 200 python3 scripts/peers/torch_attention.py --csv "$csv" --stage 11_flash_v3_backward --backward \
+      --tokens 16384 --width 2048 --d 64,128 --mask both --seq "$SEQ" --dtype "$DTYPES" --backends flash,cudnn \
+      >>"$OUT/bench.log" 2>&1 || note "peers: rc=$?"
+  done
+  python3 scripts/device/ladder_steps.py "$csv" \
+    "$(python3 -c "import csv,sys; print(','.join(dict.fromkeys(r['variant'] for r in csv.DictReader(open(sys.argv[1])) if r['tflops'] and r['variant'] != 'pytorch_cudnn_bwd')))" "$csv")" \
+    --against pytorch_cudnn_bwd | tee "$OUT/bench_table.txt"
+fi
+echo "=== summary ($(date +%T))"
+printf '%s\n' "${summary[@]}"
