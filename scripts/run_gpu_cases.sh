@@ -8,60 +8,69 @@
 set -uo pipefail
 bin=$1
 shift
-list=$("$bin" --list-test-cases --no-version "$@" 2>&1)
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null; exit 130' INT TERM
+list=$("$bin" --list-test-cases --no-version "$@" 2>"$dir/list.err")
 rc=$?
 if [ "$rc" != 0 ]; then
   printf '%s\n' "$list"
+  cat "$dir/list.err"
   exit "$rc"  # 77: skipped, with the reason printed
 fi
 mapfile -t cases < <(printf '%s\n' "$list" | grep -vE '^\[doctest\]|^=+$|^GPU tests on|^SKIP' | sed '/^$/d')
 [ "${#cases[@]}" -gt 0 ] || { echo "$bin: no test cases listed"; exit 1; }
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 jobs=${COURSE_TEST_JOBS:-$(nproc)}
-total=${#cases[@]} done=0 failed=0
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "COURSE_TEST_JOBS must be a positive integer, not '$jobs'"; exit 1; }
+pass=()  # the caller's options less its test-case filters (doctest keeps the last -tc, which must be ours)
+for a in "$@"; do case "$a" in -*test-case=* | -*tc=*) ;; *) pass+=("$a") ;; esac; done
+total=${#cases[@]} finished=0 failed=0
 printf '%s\n' "$list" | grep -E '^GPU tests on' | head -n 1
-run() {  # case index k: its output in $dir/k.log, its exit status in $dir/k.rc
-  local k=$1 pat
+run() {  # case k: its output in $dir/k.log, its exit status in $dir/k.rc (written whole, by a rename)
+  local k=$1 pat rc
   pat=$(printf '%s' "${cases[$k]}" | sed 's/[][,*?]/?/g')  # doctest's filters take wildcards
-  "$bin" --no-version --duration=true "-tc=$pat" "$@" >"$dir/$k.log" 2>&1
-  echo $? >"$dir/$k.rc"
+  "$bin" --no-version --duration=true --case-sensitive=true "${pass[@]+"${pass[@]}"}" "-tc=$pat" >"$dir/$k.log" 2>&1
+  rc=$?
+  # exactly one case must have run: a filter that matched none (or two) is a failure, not a pass
+  if [ "$rc" = 0 ] && ! grep -qE '^\[doctest\] test cases: +1 \|' "$dir/$k.log"; then rc=1; fi
+  echo "$rc" >"$dir/$k.rc.tmp" && mv "$dir/$k.rc.tmp" "$dir/$k.rc"
 }
 report() {
-  local k=$1 rc
-  rc=$(cat "$dir/$k.rc")
-  done=$((done + 1))
+  local k=$1 rc=died
+  [ -f "$dir/$k.rc" ] && rc=$(cat "$dir/$k.rc")
+  finished=$((finished + 1))
   if [ "$rc" = 0 ]; then
-    echo "[$done/$total] passed: ${cases[$k]}"
+    echo "[$finished/$total] passed: ${cases[$k]}"
   else
     failed=$((failed + 1))
-    echo "[$done/$total] FAILED (exit $rc): ${cases[$k]}"
+    echo "[$finished/$total] FAILED (exit $rc): ${cases[$k]}"
   fi
 }
-alone=() pids=() running=()
+alone=() running=()
 for k in "${!cases[@]}"; do
   if [[ "${cases[$k]}" == *measured* ]]; then alone+=("$k"); continue; fi
   while [ "${#running[@]}" -ge "$jobs" ]; do  # wait for one to end
     wait -n 2>/dev/null
+    gone=$?  # 127: no child left (one died before writing its status)
     still=()
     for j in "${running[@]}"; do
-      if [ -f "$dir/$j.rc" ]; then report "$j"; else still+=("$j"); fi
+      if [ -f "$dir/$j.rc" ] || [ "$gone" = 127 ]; then report "$j"; else still+=("$j"); fi
     done
     running=("${still[@]+"${still[@]}"}")
   done
-  run "$k" "$@" &
+  run "$k" &
   running+=("$k")
 done
 wait
 for j in "${running[@]+"${running[@]}"}"; do report "$j"; done
 for k in "${alone[@]+"${alone[@]}"}"; do
-  run "$k" "$@"
+  run "$k"
   report "$k"
 done
 for k in "${!cases[@]}"; do
-  if [ "$(cat "$dir/$k.rc")" != 0 ]; then
+  if [ "$(cat "$dir/$k.rc" 2>/dev/null)" != 0 ]; then
     echo "=== ${cases[$k]}"
-    cat "$dir/$k.log"
+    cat "$dir/$k.log" 2>/dev/null
   fi
 done
 grep -hE '^\[doctest\] assertions' "$dir"/*.log | awk '{n += $3; f += $8} END {printf "%d cases, %d assertions, %d failed\n", '"$total"', n, f}'
