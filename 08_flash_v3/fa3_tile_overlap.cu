@@ -1,7 +1,6 @@
 // An experiment, not a rung: a tile's end no longer drains the tensor cores. The next tile's first
 // S = Q·Kᵀ is issued together with this tile's last P̃·V, and runs under this tile's epilogue. Run
-// only when named (--variants tile_overlap); chapter 08 has what it measured: a few %, and not where
-// predicted, so it is not a rung.
+// only when named (--variants tile_overlap); chapter 08's table of tries says why it is not a rung.
 //
 // What changed from rung 7 at two consumer warpgroups (rung 7 at d = 128; fa3_7_three_warpgroups.cu):
 //  - Rung 7's consumers, at a tile's end, wait for the last P̃·V, write O out, then start the next
