@@ -270,6 +270,12 @@ __device__ inline void mbarrier_arrive_expect_tx(uint64_t* bar, unsigned bytes) 
 __device__ inline void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
+// The barrier's arrival from this thread, once every cp.async it issued before has landed (the
+// pending count is not raised: the barrier's count includes these arrivals). Stage 11: L and D
+// by cp.async into a slot whose Q and dO come by TMA, one barrier for all four.
+__device__ inline void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
 // Waits until the phase of parity `parity` has completed ("mbarrier.try_wait.parity": try_wait
 // suspends the thread for a while in hardware before it returns false; the loop retries).
 __device__ inline void mbarrier_wait(uint64_t* bar, int parity) {

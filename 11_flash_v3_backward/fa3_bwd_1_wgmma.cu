@@ -18,8 +18,7 @@
 // What it should buy against stage 07's fastest (mma.sync): a wgmma is 64 × N × 16 from one
 // instruction a warpgroup, with no ldmatrix; the time still bounded by the loads and the softmax
 // gradient, which nothing overlaps yet (rungs 2 and 3).
-#include "../07_backward/tc_bwd.cuh"
-#include "../08_flash_v3/fa3_common.cuh"
+#include "fa3_bwd_common.cuh"
 #include "check.hpp"
 #include "kernels.cuh"
 
@@ -28,7 +27,7 @@ namespace attention::fa3_bwd {
 using fa3::issue_pv;
 using fa3::issue_qk;
 
-constexpr int kBc = 128, kBr = 64, kThreads = 256;
+namespace {
 
 // Shared memory (in 16-bit values from a 1024-aligned base): K_j, V_j (Bc × D each); two buffers
 // of Q_i and dO_i (Br × D each); each warpgroup's dSᵀ (64 keys × Br queries); then two buffers of
@@ -39,19 +38,6 @@ struct Smem {
   static constexpr int kDs = kQ + 2 * kBuffer, kStats = kDs + 2 * 64 * kBr;
   static constexpr size_t kBytes = 2 * size_t(kStats) + 2 * 2 * kBr * sizeof(float) + 1024;
 };
-
-// dQ's share of the warpgroup's 64 keys for the Br queries: dS (Br × 64, from dSᵀ stored [key][query]
-// as one 64-wide column block, MN-major) times K_w (64 keys × D of K's tile, Bc rows a column block,
-// MN-major). Four k steps of 16 keys.
-template <class T, int D>
-__device__ void issue_dq(float (&dq)[D / 8][4], const uint16_t* dSt, const uint16_t* Ks, int wg) {
-  const uint64_t a = hopper::make_desc(hopper::smem_u32(dSt), 64 * 128, 1024);
-  const uint64_t b = hopper::make_desc(hopper::smem_u32(Ks) + wg * 64 * 128, kBc * 128, 1024);
-#pragma unroll
-  for (int s = 0; s < 4; ++s)
-    hopper::wgmma_ss<T, D, true>(dq, hopper::desc_advance(a, s * 16 * 128), hopper::desc_advance(b, s * 16 * 128),
-                                 s > 0);
-}
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -112,12 +98,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t Pa[1][NT / 2][4], dSa[1][NT / 2][4];
     tc::pack_a<T>(St[0], Pa[0]);
     tc::pack_a<T>(dPt[0], dSa[0]);
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-        *reinterpret_cast<uint32_t*>(dSt + hopper::swizzle128<64>(16 * (warp % 4) + g + 8 * h, n) + 2 * t) =
-            ptx::pack<T>(dPt[0][n][2 * h], dPt[0][n][2 * h + 1]);
+    store_ds_t<T>(dSt, dPt[0], warp % 4, g, t);
     hopper::fence_proxy_async();  // the stores (generic proxy) before the wgmma that reads them
 
     hopper::wgmma_fence();
@@ -146,6 +127,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncwarp();
   bwd::store_dk_dv<D, 16, D / 8>(dK, dV, Ks, Vs, head, key0, key_w, 0, p.N, lane);
 }
+
+}  // namespace
 
 }  // namespace attention::fa3_bwd
 

@@ -2,6 +2,7 @@
 // layout and BackwardArgs). Defined only in a CUDA build that targets sm_90a; each launcher checks
 // the shape and the GPU (a Hopper) and throws UsageError before launching. One launcher a rung:
 //   wgmma   (fa3_bwd_1_wgmma.cu)   the five products by warpgroup MMAs, loads by cp.async
+//   tma     (fa3_bwd_2_tma.cu)     K, V, Q, dO by TMA into a ring of slots, completion on mbarriers
 // Each adds dQ's shares into dQacc; stage 07's preprocess (D, dQacc = 0) runs before it and its
 // dq_convert after (variants.cpp).
 #pragma once
@@ -11,5 +12,6 @@
 namespace attention {
 
 void launch_fa3_bwd_wgmma(const Shape& s, course::Dtype t, const BackwardArgs& a);
+void launch_fa3_bwd_tma(const Shape& s, course::Dtype t, const BackwardArgs& a);
 
 }  // namespace attention

@@ -11,7 +11,7 @@ namespace {
 
 using course::Dtype;
 
-// Rung 1's blocks (fa3_bwd_1_wgmma.cu): key blocks of 128 (two warpgroups of 64), query blocks of 64;
+// Rungs 1 and 2's blocks (fa3_bwd_common.cuh): key blocks of 128 (two warpgroups of 64), query blocks of 64;
 // dQ's share added by each warpgroup apart (two a pair).
 constexpr Tiles kWgmmaTiles{64, 128};
 
@@ -39,6 +39,8 @@ const Registry<BwdVariant>& v3_bwd_registry() {
       "11", {
                 {{"wgmma", half, {64, 128}, "rung 1: the five products by wgmma (S and dP transposed), loads by cp.async"},
                  {kWgmmaTiles, false, {0, 0}, 2}, COURSE_HOPPER(launch_fa3_bwd_wgmma)},
+                {{"tma", half, {64, 128}, "rung 2: K, V, Q, dO by TMA into a ring of slots, completion on mbarriers"},
+                 {kWgmmaTiles, false, {0, 0}, 2}, COURSE_HOPPER(launch_fa3_bwd_tma)},
             });
   return registry;
 }

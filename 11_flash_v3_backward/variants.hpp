@@ -9,7 +9,7 @@
 
 namespace attention {
 
-// Rungs: wgmma (fp16 and bf16, d = 64 or 128). Launchers are empty unless the build has the sm_90a
+// Rungs: wgmma, tma (fp16 and bf16, d = 64 or 128). Launchers are empty unless the build has the sm_90a
 // kernels (COURSE_HAS_HOPPER).
 const Registry<BwdVariant>& v3_bwd_registry();
 
