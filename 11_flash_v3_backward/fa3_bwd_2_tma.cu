@@ -66,7 +66,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float c = p.scale * ptx::kLog2e;
   const int first = first_query_block(kBr, kBc, p.causal, j), Tr = (p.N + kBr - 1) / kBr;
   // Step k (query block first + k) into slot k % kStages: Q_i and dO_i by thread 0's TMA copies,
-  // L_i and D_i by threads 0 .. Br − 1 (rows past N: L = +∞, D = 0, as stage 07's load_stats_async).
+  // L_i and D_i by threads 0 .. Br − 1. Rows past N take L = 0 and D = 0 by the copies' own zero fill,
+  // not stage 07's L = +∞ by a store, which the barrier's cp.async arrival would not order for the
+  // other threads: there Q_i and dO_i are zeros too (TMA), so P = 1 but dP = 0 and dS = 0, and such a
+  // row adds nothing to dK or dV (its dQ is not written).
   auto load = [&](int k) {
     const int slot = k % kStages, row0 = (first + k) * kBr;
     if (threadIdx.x == 0) {
@@ -79,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (threadIdx.x < kBr) {
       const bool in = row0 + int(threadIdx.x) < p.N;
-      ptx::cp_async_4_or(Ls(slot) + threadIdx.x, L + stat0 + row0 + threadIdx.x, in, INFINITY);
+      ptx::cp_async_4(Ls(slot) + threadIdx.x, L + stat0 + row0 + threadIdx.x, in);
       ptx::cp_async_4(Ds(slot) + threadIdx.x, Dv + stat0 + row0 + threadIdx.x, in);
       hopper::cp_async_mbarrier_arrive_noinc(&full[slot]);
     }

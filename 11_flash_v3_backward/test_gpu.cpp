@@ -97,4 +97,7 @@ TEST_CASE("bad input: dtypes and head dimensions a rung does not take, empty sha
   CHECK_THROWS_AS(launch_fa3_bwd_wgmma(Shape{1, 1, 4, 64, false}, Dtype::fp16, no_acc), course::UsageError);
   CHECK_THROWS_AS(v3_bwd_registry().find("wgmma").launch(Shape{1, 1, 4, 64, false}, Dtype::fp16, no_acc),
                   course::UsageError);
+  CHECK_THROWS_AS(launch_fa3_bwd_tma(Shape{1, 1, 4, 64, false}, Dtype::fp32, a), course::UsageError);
+  CHECK_THROWS_AS(launch_fa3_bwd_tma(Shape{1, 1, 4, 32, false}, Dtype::fp16, a), course::UsageError);
+  CHECK_THROWS_AS(launch_fa3_bwd_tma(Shape{1, 1, 4, 64, false}, Dtype::fp16, no_acc), course::UsageError);
 }
