@@ -3,6 +3,8 @@
 // the shape and the GPU (a Hopper) and throws UsageError before launching. One launcher a rung:
 //   wgmma   (fa3_bwd_1_wgmma.cu)   the five products by warpgroup MMAs, loads by cp.async
 //   tma     (fa3_bwd_2_tma.cu)     K, V, Q, dO by TMA into a ring of slots, completion on mbarriers
+//   warp_specialized (fa3_bwd_3_warp_specialized.cu)  a producer warpgroup, two consumers, setmaxnreg
+//   bulk_dq (fa3_bwd_4_bulk_dq.cu)  dQ's shares staged in shared memory, added by cp.reduce.async.bulk
 // Each adds dQ's shares into dQacc; stage 07's preprocess (D, dQacc = 0) runs before it and its
 // dq_convert after (variants.cpp).
 #pragma once
@@ -13,5 +15,7 @@ namespace attention {
 
 void launch_fa3_bwd_wgmma(const Shape& s, course::Dtype t, const BackwardArgs& a);
 void launch_fa3_bwd_tma(const Shape& s, course::Dtype t, const BackwardArgs& a);
+void launch_fa3_bwd_warp_specialized(const Shape& s, course::Dtype t, const BackwardArgs& a);
+void launch_fa3_bwd_bulk_dq(const Shape& s, course::Dtype t, const BackwardArgs& a);
 
 }  // namespace attention

@@ -11,7 +11,7 @@ namespace {
 
 using course::Dtype;
 
-// Rungs 1 and 2's blocks (fa3_bwd_common.cuh): key blocks of 128 (two warpgroups of 64), query blocks of 64;
+// Rungs 1-4's blocks (fa3_bwd_common.cuh): key blocks of 128 (two warpgroups of 64), query blocks of 64;
 // dQ's share added by each warpgroup apart (two a pair).
 constexpr Tiles kWgmmaTiles{64, 128};
 
@@ -41,6 +41,12 @@ const Registry<BwdVariant>& v3_bwd_registry() {
                  {kWgmmaTiles, false, {0, 0}, 2}, COURSE_HOPPER(launch_fa3_bwd_wgmma)},
                 {{"tma", half, {64, 128}, "rung 2: K, V, Q, dO by TMA into a ring of slots, completion on mbarriers"},
                  {kWgmmaTiles, false, {0, 0}, 2}, COURSE_HOPPER(launch_fa3_bwd_tma)},
+                {{"warp_specialized", half, {64, 128},
+                  "rung 3: a producer warpgroup loads, two consumers compute; setmaxnreg moves the registers"},
+                 {kWgmmaTiles, false, {0, 0}, 2}, COURSE_HOPPER(launch_fa3_bwd_warp_specialized)},
+                {{"bulk_dq", half, {64, 128},
+                  "rung 4: dQ's shares staged in shared memory, added into global memory by the bulk reduction"},
+                 {kWgmmaTiles, false, {0, 0}, 2}, COURSE_HOPPER(launch_fa3_bwd_bulk_dq)},
             });
   return registry;
 }
