@@ -6,7 +6,7 @@
 #   bench     the ladder over FA-2's benchmark grid (B·N = 16384, H = 2048 / d, N = SEQ; DTYPES, default
 #             fp16) beside stage 07's fastest, then SDPA's backward (flash, cuDNN) in the same call;
 #             ROUNDS rounds, each ours then the peers
-# Logs and CSVs land in $OUT; a table of each rung's and peer's TFLOP/s and × cuDNN is printed last.
+# CSVs land in $OUT, the logs in $OUT/logs.tgz; a table of each rung's and peer's TFLOP/s and × cuDNN is printed last.
 # Usage there: OUT=/dir STEPS=test,bench scripts/device/stage11.sh   (Eigen/doctest/CLI11 in .deps/)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,5 +66,7 @@ if has bench; then
     "$(python3 -c "import csv,sys; print(','.join(dict.fromkeys(r['variant'] for r in csv.DictReader(open(sys.argv[1])) if r['tflops'] and r['variant'] != 'pytorch_cudnn_bwd')))" "$csv")" \
     --against pytorch_cudnn_bwd | tee "$OUT/bench_table.txt"
 fi
+# The logs into one archive (the device call brings back 8 files at most).
+(cd "$OUT" && tar czf logs.tgz --remove-files ./*.log 2>/dev/null)
 echo "=== summary ($(date +%T))"
 printf '%s\n' "${summary[@]}"
