@@ -10,8 +10,6 @@
 //  - The producer warpgroup's second warp is the writer: per step and warpgroup it waits for the
 //    tile, issues one cp.reduce.async.bulk .add.f32 a row (D·4 bytes, rows < N only), waits until
 //    the engine has read the tile (wait_group.read) and gives it back on its "empty" mbarrier.
-//  - The producer warpgroup keeps 32 registers a thread, not 24: the writer's loop did not fit in
-//    24 (ptxas spilled 8-12 bytes); the consumers keep 240 (128·32 + 256·240 = 65,536).
 //  - One dSᵀ tile a warpgroup again (the staging takes the room of rung 3's second): a warp
 //    stores step k + 1's dSᵀ after waiting for step k's full barrier, which every warp of its
 //    warpgroup reaches only after its dQ product has read the tile.
@@ -72,8 +70,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   auto dQs = [&](int cwg) { return reinterpret_cast<float*>(smem + Sm::kDq) + cwg * kBr * Sm::kDqRow; };
   const int warp = threadIdx.x / 32, wg = warp / 4, lane = tc::lane_id();
   const int j = blockIdx.x, h = blockIdx.y, key0 = j * kBc;
-  const size_t head = size_t(h) * p.N * D, stat0 = size_t(h) * p.N;
-  const int first = first_query_block(kBr, kBc, p.causal, j), Tr = (p.N + kBr - 1) / kBr;
+  // Computed after setmaxnreg in each role, not before it: what is live across the producer's
+  // setmaxnreg.dec must fit in its 24 registers (ptxas spilled 8-12 bytes there otherwise).
+  auto geometry = [&] {
+    return make_int2(first_query_block(kBr, kBc, p.causal, j), (p.N + kBr - 1) / kBr);  // first, Tr
+  };
   if (threadIdx.x == 0) {
     hopper::mbarrier_init(bar_kv, 1);
     for (int s = 0; s < kStages; ++s) {
@@ -89,7 +90,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   __syncthreads();
 
   if (wg == 0) {  // ---- the producer: its first warp loads, its second writes dQ ----
-    hopper::setmaxnreg_dec<32>();
+    hopper::setmaxnreg_dec<24>();
+    const int first = geometry().x, Tr = geometry().y;
     if (warp == 1) {
       // Step k's two shares of dQ (query block first + k), each in its staging tile: a bulk
       // reduction a row, the warp's lanes taking every 32nd row; the engine's reads waited for
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         for (int c = 0; c < 2; ++c) {
           hopper::mbarrier_wait(&dq_full[c], k & 1);
           for (int r = lane; r < rows; r += 32)
-            hopper::bulk_reduce_add_f32(dQacc + head + size_t(row0 + r) * D, dQs(c) + r * Sm::kDqRow, D * 4);
+            hopper::bulk_reduce_add_f32(dQacc + (size_t(h) * p.N + row0 + r) * D, dQs(c) + r * Sm::kDqRow, D * 4);
           hopper::bulk_commit();
           hopper::bulk_wait_read<0>();
           __syncwarp();
@@ -135,8 +137,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
       for (int r = lane; r < kBr; r += 32) {
         const bool in = row0 + r < p.N;
-        ptx::cp_async_4(Ls(slot) + r, L + stat0 + row0 + r, in);
-        ptx::cp_async_4(Ds(slot) + r, Dv + stat0 + row0 + r, in);
+        ptx::cp_async_4(Ls(slot) + r, L + size_t(h) * p.N + row0 + r, in);
+        ptx::cp_async_4(Ds(slot) + r, Dv + size_t(h) * p.N + row0 + r, in);
       }
       hopper::cp_async_mbarrier_arrive_noinc(&full[slot]);
     }
@@ -145,6 +147,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   // ---- the consumers: warpgroups 1 and 2, 64 keys each ----
   hopper::setmaxnreg_inc<240>();
+  const int first = geometry().x, Tr = geometry().y;
+  const size_t head = size_t(h) * p.N * D;
   const int cwg = wg - 1, g = lane / 4, t = lane % 4, key_w = 64 * cwg + 16 * (warp % 4);
   const float c = p.scale * ptx::kLog2e;
   uint16_t* const dSt = smem + Sm::kDs + cwg * 64 * kBr;  // this warpgroup's dSᵀ

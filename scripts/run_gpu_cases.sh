@@ -4,7 +4,8 @@
 # read the hardware counters (their names say "measured") one at a time, since two processes cannot
 # read them at once. A line for each case as it ends; the failures' output at the end.
 # Usage: run_gpu_cases.sh <test program> [doctest options]   (COURSE_TEST_JOBS: at most this many at
-# once; default: the CPU's cores). Exit: 77 when the program skips (no usable GPU), 1 if a case failed.
+# once; default: the CPU's cores; COURSE_CASE_TIMEOUT: seconds a case may run, default 900, past which
+# it fails as a hang). Exit: 77 when the program skips (no usable GPU), 1 if a case failed.
 set -uo pipefail
 bin=$1
 shift
@@ -22,6 +23,8 @@ mapfile -t cases < <(printf '%s\n' "$list" | grep -vE '^\[doctest\]|^=+$|^GPU te
 [ "${#cases[@]}" -gt 0 ] || { echo "$bin: no test cases listed"; exit 1; }
 jobs=${COURSE_TEST_JOBS:-$(nproc)}
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "COURSE_TEST_JOBS must be a positive integer, not '$jobs'"; exit 1; }
+case_limit=${COURSE_CASE_TIMEOUT:-900}
+[[ "$case_limit" =~ ^[1-9][0-9]*$ ]] || { echo "COURSE_CASE_TIMEOUT must be a positive integer, not '$case_limit'"; exit 1; }
 pass=()  # the caller's options less its test-case filters (doctest keeps the last -tc, which must be ours)
 for a in "$@"; do case "$a" in -*test-case=* | -*tc=*) ;; *) pass+=("$a") ;; esac; done
 total=${#cases[@]} finished=0 failed=0
@@ -29,8 +32,10 @@ printf '%s\n' "$list" | grep -E '^GPU tests on' | head -n 1
 run() {  # case k: its output in $dir/k.log, its exit status in $dir/k.rc (written whole, by a rename)
   local k=$1 pat rc
   pat=$(printf '%s' "${cases[$k]}" | sed 's/[][,*?]/?/g')  # doctest's filters take wildcards
-  "$bin" --no-version --duration=true --case-sensitive=true "${pass[@]+"${pass[@]}"}" "-tc=$pat" >"$dir/$k.log" 2>&1
+  timeout "$case_limit" "$bin" --no-version --duration=true --case-sensitive=true "${pass[@]+"${pass[@]}"}" "-tc=$pat" \
+    >"$dir/$k.log" 2>&1
   rc=$?
+  [ "$rc" = 124 ] && echo "the case ran past ${case_limit} s (COURSE_CASE_TIMEOUT) and was stopped: a hang?" >>"$dir/$k.log"
   # exactly one case must have run: a filter that matched none (or two) is a failure, not a pass
   if [ "$rc" = 0 ] && ! grep -qE '^\[doctest\] test cases: +1 \|' "$dir/$k.log"; then rc=1; fi
   echo "$rc" >"$dir/$k.rc.tmp" && mv "$dir/$k.rc.tmp" "$dir/$k.rc"

@@ -14,7 +14,7 @@
 #     Compute's gpu__time_duration (step ncu);
 #   - stage 08's tensor maps made outside the timed launches (fa3_host.cu keeps them by buffer and shape).
 # Steps (STEPS, comma-separated, run in this order; default all but fp32):
-#   build  stages 06, 07 and 08's programs (stage 08 for sm_90a)
+#   build  stages 06, 07 and 08's programs (stage 08 for sm_90a); BUILD_MORE=11_flash_v3_backward_program adds stage 11
 #   s08    stage 08's last rung (tuned) over the ladder's grid (DTYPES08, default fp16) against FA-2 and cuDNN
 #   s06    stage 06's forward sweep as the main job runs it: the ladder's grid (B·N = 16384, H = 2048/d,
 #          d = 64 and 128, causal or not, N = 1024, 4096, 16384, fp16 and bf16), the last rung
@@ -24,6 +24,9 @@
 #   s07    stage 07's backward sweep: the ladder's grid, the fastest rung (wide at d = 64, split at
 #          d = 128) against SDPA's backward (FA-2, cuDNN); the paper's Fig. 2 shape (B = 64, H = 16,
 #          N = 1024, d = 64, fp16), the backward and the forward + backward
+#   s11    stage 11's backward over the ladder's grid (DTYPES11, default fp16 and bf16; VARIANTS11, default
+#          its last rung, with stage 07's fastest beside) against SDPA's backward (FA-2, cuDNN) in both
+#          layouts, (B, N, H, d) views and contiguous (B, H, N, d)
 #   ncu    Nsight Compute's kernel duration of ours and the peers at two stage 08 cells
 # A step that would start after DEADLINE seconds (default 500) is skipped and said so, and no command
 # runs past LIMIT seconds (default 570) from the start: the device call's 600 s, with time to pack.
@@ -43,6 +46,7 @@ STEPS=",${STEPS:-build,s08,s06,s07,ncu},"
 ROUNDS=${ROUNDS:-5}
 REPS=${REPS:-20}
 DTYPES08=${DTYPES08:-fp16}
+DTYPES11=${DTYPES11:-fp16,bf16}
 D08=${D08:-64,128}
 DEADLINE=${DEADLINE:-500}
 LIMIT=${LIMIT:-570}
@@ -89,7 +93,7 @@ fi
 if has build; then
   echo "=== build ($(date +%T))"
   if cmake --preset default -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 >"$logs/build.log" 2>&1 &&
-     timeout "$(budget 400)" cmake --build build -j 16 --target 06_flash_v2_program 07_backward_program 08_flash_v3_program \
+     timeout "$(budget 400)" cmake --build build -j 16 --target 06_flash_v2_program 07_backward_program 08_flash_v3_program ${BUILD_MORE:-} \
        >>"$logs/build.log" 2>&1; then
     note "build: ok in $((SECONDS - started)) s, $(grep -ci 'warning' "$logs/build.log") warning lines"
   else
@@ -98,46 +102,47 @@ if has build; then
   fi
 fi
 
-# --- the peer server of a step ------------------------------------------------------------------------
-# start_peers NAME ARGS...: torch_attention.py --serve with ARGS (backends, mode), its named pipes in
-# logs/NAME.pipes; sets `turn` to the --between-rounds command for ours, or empty when there are no
-# peers or the server did not start.
-turn="" server=0 pipes=""
+# --- the peer servers of a step ------------------------------------------------------------------------
+# start_peers NAME ARGS...: torch_attention.py --serve with ARGS (backends, mode, layout), its named
+# pipes in logs/NAME.pipes; adds its peer_turn.sh to `turn`, the --between-rounds command for ours
+# (empty when there are no peers or no server started). A second start_peers before stop_peers adds a
+# second server (stage 11: both layouts), whose turn follows the first's.
+turn="" servers=() all_pipes=()
 start_peers() {
   local name=$1
   shift
-  turn="" server=0
   [ "$peers" = 1 ] || return 0
-  pipes="$logs/$name.pipes"
+  local pipes="$logs/$name.pipes"
   mkdir -p "$pipes" && mkfifo "$pipes/request" "$pipes/reply" || { note "$name: no named pipes"; return 0; }
   python3 scripts/peers/torch_attention.py --csv "$csv" --serve "$pipes" --reps "$REPS" --kernel-time "$@" \
     >"$logs/$name.peers.log" 2>&1 &
-  server=$!
+  local server=$!
   for _ in $(seq 1 120); do  # PyTorch's start: a few seconds
     grep -q "serving rounds" "$logs/$name.peers.log" 2>/dev/null && break
     kill -0 "$server" 2>/dev/null || break
     sleep 1
   done
   if grep -q "serving rounds" "$logs/$name.peers.log" 2>/dev/null; then
-    turn="$root/scripts/peers/peer_turn.sh $pipes"
+    turn="$turn${turn:+ && }$root/scripts/peers/peer_turn.sh $pipes"
+    servers+=("$server") all_pipes+=("$pipes")
   else
     note "$name: the peer server did not start: $(tail -n 1 "$logs/$name.peers.log")"
     kill "$server" 2>/dev/null
-    server=0
   fi
 }
 stop_peers() {
-  local name=$1
-  [ "$server" != 0 ] || return 0
-  timeout 10 bash -c 'echo quit >"$1/request"' _ "$pipes" 2>/dev/null
-  for _ in $(seq 1 30); do
-    kill -0 "$server" 2>/dev/null || break
-    sleep 1
+  local name=$1 k
+  for k in "${!servers[@]}"; do
+    timeout 10 bash -c 'echo quit >"$1/request"' _ "${all_pipes[$k]}" 2>/dev/null
+    for _ in $(seq 1 30); do
+      kill -0 "${servers[$k]}" 2>/dev/null || break
+      sleep 1
+    done
+    kill "${servers[$k]}" 2>/dev/null && note "$name: a peer server had to be stopped"
+    wait "${servers[$k]}" 2>/dev/null
   done
-  kill "$server" 2>/dev/null && note "$name: the peer server had to be stopped"
-  wait "$server" 2>/dev/null
-  server=0 turn=""
-  grep -E "failed|not run|out of memory|n/a" "$logs/$name.peers.log" | head -n 5 | sed 's/^/      /'
+  servers=() all_pipes=() turn=""
+  cat "$logs/$name"*.peers.log 2>/dev/null | grep -E "failed|not run|out of memory|n/a" | head -n 5 | sed 's/^/      /'
 }
 # ours NAME PROGRAM ARGS...: one line of a sweep, in rounds, the peers' turn between them.
 ours() {
@@ -231,6 +236,26 @@ fi
 # Nsight Compute: each kernel's duration on the GPU (clocks as they are, caches flushed before each
 # kernel, as our timer flushes the L2), for ours and the peers at two stage 08 cells, against the
 # CUPTI kernel times and the event times of the rows above.
+if has s11 && in_time s11; then
+  echo "=== stage 11, backward on Hopper ($(date +%T))"
+  t0=$SECONDS
+  # The peers in both layouts (cuDNN is often faster on contiguous B × H × N × d): the table has a
+  # line for each (the contiguous one's name ends in _bhnd), and the fastest of the two is the one to quote.
+  start_peers s11 --backward --backends flash,cudnn
+  start_peers s11_bhnd --backward --backends flash,cudnn --layout bhnd
+  for d in 64 128; do
+    beside=07_wide
+    [ "$d" = 128 ] && beside=07_split
+    for causal in "" "--causal"; do
+      ours s11 11_flash_v3_backward --tokens 16384 --heads $((2048 / d)) --seq "${SEQ11:-$ladder_seq}" --d "$d" $causal \
+        --dtype "$DTYPES11" --check-heads 1 --variants "${VARIANTS11:-overlap},$beside"
+    done
+  done
+  stop_peers s11
+  note "stage 11: $(rows 11_flash_v3_backward) rows in $((SECONDS - t0)) s"
+  pack
+fi
+
 if has ncu && in_time ncu; then
   echo "=== ncu ($(date +%T))"
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)

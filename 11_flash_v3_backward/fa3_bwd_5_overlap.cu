@@ -1,0 +1,254 @@
+// Rung 5: the products in flight while the softmax's pieces run. Each step's five products go to
+// the tensor cores in four groups, and a warpgroup waits for one only when it needs its result.
+//
+// What changed from rung 4 (fa3_bwd_4_bulk_dq.cu):
+//  - Sᵀ and dPᵀ are two commit groups: wgmma_wait<1> returns with Sᵀ, and Pᵀ = exp(scale·Sᵀ − L)
+//    runs while dPᵀ is still being computed (rung 4 waited for both).
+//  - dV += Pᵀ·dO_i is issued as soon as Pᵀ is packed, before dSᵀ is computed; dSᵀ = Pᵀ ∘ (dPᵀ − D)
+//    runs while dV is on the tensor cores. stage 07's softmax_backward_t is split in two for it
+//    (probabilities_t, ds_t in fa3_bwd_common.cuh).
+//  - dQ's product still waits for dV's and dK's: issued behind them, its accumulator (64 floats at
+//    d = 128) beside theirs (128) and the packed operands they read (32) made ptxas serialise
+//    every wgmma of the kernel for want of registers.
+//
+// IO: rung 4's. What should move: the tensor pipe's idle time inside a warpgroup (in rung 4 it
+// idled during the exponentials, dSᵀ, its packing and store, about a third of a step by the
+// instruction counts); predicted 1.15-1.3x over rung 4, as stage 08's rung 5 over its rung 4.
+#include "fa3_bwd_common.cuh"
+#include "check.hpp"
+#include "kernels.cuh"
+
+namespace attention::fa3_bwd {
+
+using fa3::issue_pv;
+using fa3::issue_qk;
+
+namespace {
+
+constexpr int kStages = 2, kWsThreads = 384;
+
+// Shared memory (in 16-bit values from a 1024-aligned base): K_j, V_j (Bc × D each); kStages slots
+// of Q_i and dO_i (Br × D each); a dSᵀ tile a consumer warpgroup (64 keys × Br queries); a dQ
+// staging tile a consumer warpgroup (Br rows of kDqRow floats); kStages slots of L_i and D_i (Br
+// floats each); the barriers (K and V's; a slot's full and empty; a staging tile's full and empty).
+template <int D>
+struct Smem {
+  static constexpr int kDqRow = D + 8;  // floats: the row's 8 extra floats shift the next row by 8 banks
+  static constexpr int kK = 0, kV = kBc * D, kQ = 2 * kBc * D, kSlot = 2 * kBr * D;  // Q, then dO
+  static constexpr int kDs = kQ + kStages * kSlot, kDq = kDs + 2 * 64 * kBr;
+  static constexpr int kStats = kDq + 2 * 2 * kBr * kDqRow;
+  static constexpr int kBars = kStats + kStages * 2 * kBr * 2;  // after the floats (2 halves each)
+  static constexpr size_t kBytes = 2 * size_t(kBars) + 8 * (1 + 2 * kStages + 4) + 1024;
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    flash_v3_bwd_overlap(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
+                                  const __grid_constant__ CUtensorMap mapV, const __grid_constant__ CUtensorMap mapdO,
+                                  tc::Params p, const float* __restrict__ L, const float* __restrict__ Dv,
+                                  float* __restrict__ dQacc, uint16_t* __restrict__ dK, uint16_t* __restrict__ dV) {
+  using Sm = Smem<D>;
+  constexpr int NT = kBr / 8, DT = D / 8;
+  extern __shared__ uint8_t smem_raw[];
+  uint16_t* const smem = fa3::align1024(smem_raw);
+  uint16_t* const Ks = smem + Sm::kK;
+  uint16_t* const Vs = smem + Sm::kV;
+  auto Qs = [&](int slot) { return smem + Sm::kQ + slot * Sm::kSlot; };
+  auto dOs = [&](int slot) { return Qs(slot) + kBr * D; };
+  float* const stats = reinterpret_cast<float*>(smem + Sm::kStats);
+  auto Ls = [&](int slot) { return stats + slot * 2 * kBr; };
+  auto Ds = [&](int slot) { return Ls(slot) + kBr; };
+  uint64_t* const bar_kv = reinterpret_cast<uint64_t*>(smem + Sm::kBars);
+  uint64_t* const full = bar_kv + 1;         // full[s]: slot s's Q, dO (bytes) and L, D (32 arrivals) are in
+  uint64_t* const empty = full + kStages;    // empty[s]: the 8 consumer warps are done with slot s
+  uint64_t* const dq_full = empty + kStages;  // dq_full[c]: consumer warpgroup c's 4 warps staged their dQ
+  uint64_t* const dq_empty = dq_full + 2;     // dq_empty[c]: the writer's reductions have read the tile
+  auto dQs = [&](int cwg) { return reinterpret_cast<float*>(smem + Sm::kDq) + cwg * kBr * Sm::kDqRow; };
+  const int warp = threadIdx.x / 32, wg = warp / 4, lane = tc::lane_id();
+  const int j = blockIdx.x, h = blockIdx.y, key0 = j * kBc;
+  // Computed after setmaxnreg in each role, not before it: what is live across the producer's
+  // setmaxnreg.dec must fit in its 24 registers (ptxas spilled 8-12 bytes there otherwise).
+  auto geometry = [&] {
+    return make_int2(first_query_block(kBr, kBc, p.causal, j), (p.N + kBr - 1) / kBr);  // first, Tr
+  };
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(bar_kv, 1);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbarrier_init(&full[s], 1 + 32);  // lane 0's expect_tx, and the warp's L, D arrivals
+      hopper::mbarrier_init(&empty[s], 8);
+    }
+    for (int c = 0; c < 2; ++c) {
+      hopper::mbarrier_init(&dq_full[c], 4);
+      hopper::mbarrier_init(&dq_empty[c], 1);
+    }
+    hopper::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // ---- the producer: its first warp loads, its second writes dQ ----
+    hopper::setmaxnreg_dec<24>();
+    const int first = geometry().x, Tr = geometry().y;
+    if (warp == 1) {
+      // Step k's two shares of dQ (query block first + k), each in its staging tile: a bulk
+      // reduction a row, the warp's lanes taking every 32nd row; the engine's reads waited for
+      // (each lane its own bulk group) before the tile is given back. All writes done before exit.
+      for (int k = 0; first + k < Tr; ++k) {
+        const int row0 = (first + k) * kBr, rows = min(kBr, p.N - row0);
+        for (int c = 0; c < 2; ++c) {
+          hopper::mbarrier_wait(&dq_full[c], k & 1);
+          for (int r = lane; r < rows; r += 32)
+            hopper::bulk_reduce_add_f32(dQacc + (size_t(h) * p.N + row0 + r) * D, dQs(c) + r * Sm::kDqRow, D * 4);
+          hopper::bulk_commit();
+          hopper::bulk_wait_read<0>();
+          __syncwarp();
+          if (lane == 0) hopper::mbarrier_arrive(&dq_empty[c]);
+        }
+      }
+      hopper::bulk_wait<0>();
+      return;
+    }
+    if (warp != 0) return;
+    if (lane == 0) {
+      hopper::mbarrier_arrive_expect_tx(bar_kv, 2 * kBc * D * 2);
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b) {
+        hopper::tma_load_3d(Ks + b * kBc * 64, &mapK, bar_kv, 64 * b, key0, h);
+        hopper::tma_load_3d(Vs + b * kBc * 64, &mapV, bar_kv, 64 * b, key0, h);
+      }
+    }
+    // Step k (query block first + k) into slot k % kStages, once the slot's use k − kStages is
+    // given back: Q_i and dO_i by lane 0's TMA copies, L_i and D_i by the warp's 4-byte cp.async's
+    // (two rows a lane). Rows past N take L = 0 and D = 0 by the copies' zero fill, as in rung 2.
+    for (int k = 0; first + k < Tr; ++k) {
+      const int slot = k % kStages, row0 = (first + k) * kBr;
+      if (k >= kStages) hopper::mbarrier_wait(&empty[slot], (k / kStages - 1) & 1);
+      if (lane == 0) {
+        hopper::mbarrier_arrive_expect_tx(&full[slot], 2 * kBr * D * 2);
+#pragma unroll
+        for (int b = 0; b < D / 64; ++b) {
+          hopper::tma_load_3d(Qs(slot) + b * kBr * 64, &mapQ, &full[slot], 64 * b, row0, h);
+          hopper::tma_load_3d(dOs(slot) + b * kBr * 64, &mapdO, &full[slot], 64 * b, row0, h);
+        }
+      }
+#pragma unroll
+      for (int r = lane; r < kBr; r += 32) {
+        const bool in = row0 + r < p.N;
+        ptx::cp_async_4(Ls(slot) + r, L + size_t(h) * p.N + row0 + r, in);
+        ptx::cp_async_4(Ds(slot) + r, Dv + size_t(h) * p.N + row0 + r, in);
+      }
+      hopper::cp_async_mbarrier_arrive_noinc(&full[slot]);
+    }
+    return;
+  }
+
+  // ---- the consumers: warpgroups 1 and 2, 64 keys each ----
+  hopper::setmaxnreg_inc<240>();
+  const int first = geometry().x, Tr = geometry().y;
+  const size_t head = size_t(h) * p.N * D;
+  const int cwg = wg - 1, g = lane / 4, t = lane % 4, key_w = 64 * cwg + 16 * (warp % 4);
+  const float c = p.scale * ptx::kLog2e;
+  uint16_t* const dSt = smem + Sm::kDs + cwg * 64 * kBr;  // this warpgroup's dSᵀ
+  float* const dq_tile = dQs(cwg) + (16 * (warp % 4) + g) * Sm::kDqRow + 2 * t;  // the thread's first element
+  hopper::mbarrier_wait(bar_kv, 0);
+
+  float dk[1][DT][4] = {}, dv[1][DT][4] = {};
+  for (int i = first; i < Tr; ++i) {
+    const int k = i - first, slot = k % kStages, row0 = i * kBr;
+    hopper::mbarrier_wait(&full[slot], (k / kStages) & 1);
+
+    // Sᵀ and dPᵀ (the warpgroup's 64 keys × Br queries each) as two groups: Pᵀ is computed while
+    // dPᵀ is still on the tensor cores.
+    float St[1][NT][4], dPt[1][NT][4];
+    hopper::wgmma_fence();
+    issue_qk<T, D, kBc>(St[0], Ks, cwg, Qs(slot));
+    hopper::wgmma_commit();
+    issue_qk<T, D, kBc>(dPt[0], Vs, cwg, dOs(slot));
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();  // Sᵀ
+    hopper::fence_registers(St[0]);
+    if (COURSE_BLOCK_NEEDS_MASK(row0, key0 + kBc, p.Nk, p.causal))
+      tc::mask_scores<true>(St, key0 + key_w, row0, p.Nk, p.causal);  // Sᵀ: keys in rows
+    probabilities_t(St, Ls(slot), c);                                  // Pᵀ in St
+
+    // dV += Pᵀ·dO_i goes to the tensor cores behind dPᵀ, while dSᵀ is computed.
+    uint32_t Pa[1][NT / 2][4], dSa[1][NT / 2][4];
+    tc::pack_a<T>(St[0], Pa[0]);
+    hopper::wgmma_fence();
+    issue_pv<T, D>(dv[0], Pa[0], dOs(slot));
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();  // dPᵀ (dV may still run)
+    hopper::fence_registers(dPt[0]);
+    ds_t(dPt, St, Ds(slot));  // dSᵀ in dPt
+
+    // dSᵀ packed as dK's A operand, and into the tile for dQ once every warp's product of step k − 1
+    // has read it (they arrive on dq_full after it).
+    tc::pack_a<T>(dPt[0], dSa[0]);
+    if (k > 0) hopper::mbarrier_wait(&dq_full[cwg], (k - 1) & 1);
+    store_ds_t<T>(dSt, dPt[0], warp % 4, g, t);
+    hopper::fence_proxy_async();  // the stores (generic proxy) before the wgmma that reads them
+    hopper::wgmma_fence();
+    issue_pv<T, D>(dk[0], dSa[0], Qs(slot));
+    hopper::wgmma_commit();
+
+    // dQ's share once dV and dK are done (behind them, its 64 accumulators at d = 128 would not fit
+    // beside dK's, dV's and the packed operands: ptxas serialised every wgmma, C7512).
+    hopper::named_barrier_sync(1 + cwg, 128);  // every warp's dSᵀ is in the tile
+    hopper::wgmma_wait<0>();                   // dV, dK
+    hopper::fence_registers(dv[0]);
+    hopper::fence_registers(dk[0]);
+    if (lane == 0) hopper::mbarrier_arrive(&empty[slot]);  // Q_i, dO_i, L_i, D_i: no longer read
+    float dq[1][DT][4];
+    hopper::wgmma_fence();
+    issue_dq<T, D>(dq[0], dSt, Ks, cwg);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(dq[0]);
+    // The share into the staging tile, once the writer has read step k − 1's; then to the writer.
+    if (k > 0) hopper::mbarrier_wait(&dq_empty[cwg], (k - 1) & 1);
+#pragma unroll
+    for (int n = 0; n < DT; ++n) {
+      *reinterpret_cast<float2*>(dq_tile + 8 * n) = make_float2(dq[0][n][0], dq[0][n][1]);
+      *reinterpret_cast<float2*>(dq_tile + 8 * Sm::kDqRow + 8 * n) = make_float2(dq[0][n][2], dq[0][n][3]);
+    }
+    hopper::fence_proxy_async();
+    __syncwarp();
+    if (lane == 0) hopper::mbarrier_arrive(&dq_full[cwg]);
+  }
+
+  // dK_w·scale and dV_w through the tiles K_j and V_j held (stage 07's epilogue). A warp's rows of D
+  // values there cover the other warpgroup's rows of the swizzled tiles too: both are done first.
+  hopper::named_barrier_sync(3, 256);
+  bwd::stage_dk_dv<T, D>(Ks, Vs, dk, dv, p.scale, key_w, 0, g, t);
+  __syncwarp();
+  bwd::store_dk_dv<D, 16, D / 8>(dK, dV, Ks, Vs, head, key0, key_w, 0, p.N, lane);
+}
+
+}  // namespace
+
+}  // namespace attention::fa3_bwd
+
+namespace attention {
+
+void launch_fa3_bwd_overlap(const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  course::require(a.dQacc != nullptr, "overlap (stage 11): its dQ goes through dQacc");
+  tc::dispatch("overlap", s, t, [&](auto config) {
+    using C = decltype(config);
+    fa3::require_hopper("overlap (stage 11)");
+    constexpr size_t bytes = fa3_bwd::Smem<C::D>::kBytes;
+    static_assert(bytes <= 227 * 1024, "rung 5's shared memory: at most 227 KB a block");
+    const bool bf16 = t == course::Dtype::bf16;
+    const CUtensorMap mapQ = fa3::make_tensor_map(a.Q, bf16, s.heads(), s.N, C::D, fa3_bwd::kBr);
+    const CUtensorMap mapdO = fa3::make_tensor_map(a.dO, bf16, s.heads(), s.N, C::D, fa3_bwd::kBr);
+    const CUtensorMap mapK = fa3::make_tensor_map(a.K, bf16, s.heads(), s.N, C::D, fa3_bwd::kBc);
+    const CUtensorMap mapV = fa3::make_tensor_map(a.V, bf16, s.heads(), s.N, C::D, fa3_bwd::kBc);
+    const auto kernel = fa3_bwd::flash_v3_bwd_overlap<typename C::T, C::D>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    const dim3 grid((s.N + fa3_bwd::kBc - 1) / fa3_bwd::kBc, s.heads());
+    kernel<<<grid, fa3_bwd::kWsThreads, bytes>>>(
+        mapQ, mapK, mapV, mapdO, bwd::with_keys(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D), a), a.L,
+        a.D, a.dQacc, static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace attention
