@@ -331,12 +331,13 @@ __device__ inline void tma_store_3d(const CUtensorMap* map, const void* smem_src
                "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(smem_src))
                : "memory");
 }
-// The same engine adding instead of writing (PTX ISA, "cp.reduce.async.bulk"): the floats of
-// `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) in shared memory
-// added into global memory, each atomically, in the L2; a bulk group as tma_store_3d's. Stage 11's dQ.
-__device__ inline void bulk_reduce_add_f32(float* dst, const void* smem_src, unsigned bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-               "r"(smem_u32(smem_src)), "r"(bytes)
+// The same engine adding instead of writing (PTX ISA, "cp.reduce.async.bulk.tensor"): the box at
+// the coordinates is added into the tensor, element by element, atomically, in the L2; the parts of
+// the box outside the tensor are not added. A bulk group as tma_store_3d's. Stage 11's dQ (f32).
+__device__ inline void tma_reduce_add_3d(const CUtensorMap* map, const void* smem_src, int c0, int c1, int c2) {
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                   map),
+               "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(smem_src))
                : "memory");
 }
 __device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }

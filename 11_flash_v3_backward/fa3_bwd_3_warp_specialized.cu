@@ -14,6 +14,10 @@
 //  - setmaxnreg: 24 registers a producer thread, 240 a consumer thread (128·24 + 256·240 = 64,512
 //    of the SM's 65,536); 384 threads would otherwise get 168 each, too few for a consumer's dK and
 //    dV (128 floats at d = 128) beside Sᵀ and dPᵀ.
+//  - L_i and D_i by the producer warp's loads and shared stores, each lane arriving on the slot's
+//    barrier after them (an arrival releases the lane's stores to the barrier's waiters). Rung 2's
+//    cp.async's with their own arrival are ordered too, but compute-sanitizer's racecheck reports
+//    them as hazards once no __syncthreads follows.
 // Compute is rung 2's, unchanged.
 //
 // IO: rung 2's. What should move: the warps' wait at the block-wide barrier of every step and the
@@ -61,7 +65,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   auto Ls = [&](int slot) { return stats + slot * 2 * kBr; };
   auto Ds = [&](int slot) { return Ls(slot) + kBr; };
   uint64_t* const bar_kv = reinterpret_cast<uint64_t*>(smem + Sm::kBars);
-  uint64_t* const full = bar_kv + 1;         // full[s]: slot s's Q, dO (bytes) and L, D (32 arrivals) are in
+  uint64_t* const full = bar_kv + 1;         // full[s]: slot s's Q, dO (bytes) and L, D (the warp's 32 arrivals) are in
   uint64_t* const empty = full + kStages;    // empty[s]: the 8 consumer warps are done with slot s
   const int warp = threadIdx.x / 32, wg = warp / 4, lane = tc::lane_id();
   const int j = blockIdx.x, h = blockIdx.y, key0 = j * kBc;
@@ -70,7 +74,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (threadIdx.x == 0) {
     hopper::mbarrier_init(bar_kv, 1);
     for (int s = 0; s < kStages; ++s) {
-      hopper::mbarrier_init(&full[s], 1 + 32);  // lane 0's expect_tx, and the warp's L, D arrivals
+      hopper::mbarrier_init(&full[s], 1 + 32);  // lane 0's expect_tx, and every lane's after its L, D stores
       hopper::mbarrier_init(&empty[s], 8);
     }
     hopper::fence_barrier_init();
@@ -89,8 +93,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
     }
     // Step k (query block first + k) into slot k % kStages, once the slot's use k − kStages is
-    // given back: Q_i and dO_i by lane 0's TMA copies, L_i and D_i by the warp's 4-byte cp.async's
-    // (two rows a lane). Rows past N take L = 0 and D = 0 by the copies' zero fill, as in rung 2.
+    // given back: Q_i and dO_i by lane 0's TMA copies, L_i and D_i by the warp's loads and shared
+    // stores (two rows a lane), each lane arriving after its stores. Rows past N take L = 0 and
+    // D = 0, as in rung 2.
     for (int k = 0; first + k < Tr; ++k) {
       const int slot = k % kStages, row0 = (first + k) * kBr;
       if (k >= kStages) hopper::mbarrier_wait(&empty[slot], (k / kStages - 1) & 1);
@@ -105,10 +110,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
       for (int r = lane; r < kBr; r += 32) {
         const bool in = row0 + r < p.N;
-        ptx::cp_async_4(Ls(slot) + r, L + stat0 + row0 + r, in);
-        ptx::cp_async_4(Ds(slot) + r, Dv + stat0 + row0 + r, in);
+        Ls(slot)[r] = in ? (L + stat0)[row0 + r] : 0.0f;
+        Ds(slot)[r] = in ? (Dv + stat0)[row0 + r] : 0.0f;
       }
-      hopper::cp_async_mbarrier_arrive_noinc(&full[slot]);
+      hopper::mbarrier_arrive(&full[slot]);  // release: the stores above are seen by its waiters
     }
     return;
   }
