@@ -35,28 +35,4 @@ __device__ void issue_dq(float (&dq)[D / 8][4], const uint16_t* dSt, const uint1
                                  s > 0);
 }
 
-// Stage 07's softmax_backward_t in its two halves, for rungs that compute Pᵀ while dPᵀ is still on
-// the tensor cores: St becomes Pᵀ = exp(scale·Sᵀ − L) in place; then dPt becomes dSᵀ = Pᵀ ∘ (dPᵀ − D).
-template <int NT>
-__device__ void probabilities_t(float (&St)[1][NT][4], const float* Ls, float c) {
-  const int t = tc::lane_id() % 4;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    const float2 Lq = *reinterpret_cast<const float2*>(Ls + 8 * n + 2 * t);
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      St[0][n][e] = ptx::exp2_approx(fmaf(St[0][n][e], c, -(e % 2 ? Lq.y : Lq.x) * ptx::kLog2e));
-  }
-}
-template <int NT>
-__device__ void ds_t(float (&dPt)[1][NT][4], const float (&Pt)[1][NT][4], const float* Ds) {
-  const int t = tc::lane_id() % 4;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    const float2 Dq = *reinterpret_cast<const float2*>(Ds + 8 * n + 2 * t);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dPt[0][n][e] = Pt[0][n][e] * (dPt[0][n][e] - (e % 2 ? Dq.y : Dq.x));
-  }
-}
-
 }  // namespace attention::fa3_bwd

@@ -5,7 +5,6 @@
 //   tma     (fa3_bwd_2_tma.cu)     K, V, Q, dO by TMA into a ring of slots, completion on mbarriers
 //   warp_specialized (fa3_bwd_3_warp_specialized.cu)  a producer warpgroup, two consumers, setmaxnreg
 //   bulk_dq (fa3_bwd_4_bulk_dq.cu)  dQ's shares staged in shared memory, added by cp.reduce.async.bulk
-//   overlap (fa3_bwd_5_overlap.cu)  Pᵀ while dPᵀ is computed, dSᵀ while dV is: four commit groups a step
 // Each adds dQ's shares into dQacc; stage 07's preprocess (D, dQacc = 0) runs before it and its
 // dq_convert after (variants.cpp).
 #pragma once
@@ -18,6 +17,5 @@ void launch_fa3_bwd_wgmma(const Shape& s, course::Dtype t, const BackwardArgs& a
 void launch_fa3_bwd_tma(const Shape& s, course::Dtype t, const BackwardArgs& a);
 void launch_fa3_bwd_warp_specialized(const Shape& s, course::Dtype t, const BackwardArgs& a);
 void launch_fa3_bwd_bulk_dq(const Shape& s, course::Dtype t, const BackwardArgs& a);
-void launch_fa3_bwd_overlap(const Shape& s, course::Dtype t, const BackwardArgs& a);
 
 }  // namespace attention

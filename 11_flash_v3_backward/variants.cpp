@@ -11,7 +11,7 @@ namespace {
 
 using course::Dtype;
 
-// Rungs 1-5's blocks (fa3_bwd_common.cuh): key blocks of 128 (two warpgroups of 64), query blocks of 64;
+// Rungs 1-4's blocks (fa3_bwd_common.cuh): key blocks of 128 (two warpgroups of 64), query blocks of 64;
 // dQ's share added by each warpgroup apart (two a pair).
 constexpr Tiles kWgmmaTiles{64, 128};
 
@@ -47,9 +47,6 @@ const Registry<BwdVariant>& v3_bwd_registry() {
                 {{"bulk_dq", half, {64, 128},
                   "rung 4: dQ's shares staged in shared memory, added into global memory by the bulk reduction"},
                  {kWgmmaTiles, false, {0, 0}, 2}, COURSE_HOPPER(launch_fa3_bwd_bulk_dq)},
-                {{"overlap", half, {64, 128},
-                  "rung 5: Pᵀ computed while dPᵀ is on the tensor cores, dSᵀ while dV is"},
-                 {kWgmmaTiles, false, {0, 0}, 2}, COURSE_HOPPER(launch_fa3_bwd_overlap)},
             });
   return registry;
 }

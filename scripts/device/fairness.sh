@@ -248,7 +248,7 @@ if has s11 && in_time s11; then
     [ "$d" = 128 ] && beside=07_split
     for causal in "" "--causal"; do
       ours s11 11_flash_v3_backward --tokens 16384 --heads $((2048 / d)) --seq "${SEQ11:-$ladder_seq}" --d "$d" $causal \
-        --dtype "$DTYPES11" --check-heads 1 --variants "${VARIANTS11:-overlap},$beside"
+        --dtype "$DTYPES11" --check-heads 1 --variants "${VARIANTS11:-bulk_dq},$beside"
     done
   done
   stop_peers s11
