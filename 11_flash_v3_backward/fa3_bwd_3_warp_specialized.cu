@@ -15,9 +15,8 @@
 //    of the SM's 65,536); 384 threads would otherwise get 168 each, too few for a consumer's dK and
 //    dV (128 floats at d = 128) beside Sᵀ and dPᵀ.
 //  - L_i and D_i by the producer warp's loads and shared stores, each lane arriving on the slot's
-//    barrier after them (an arrival releases the lane's stores to the barrier's waiters). Rung 2's
-//    cp.async's with their own arrival are ordered too, but compute-sanitizer's racecheck reports
-//    them as hazards once no __syncthreads follows.
+//    barrier after them (an arrival releases the lane's stores to the barrier's waiters); the
+//    producer warp has nothing else to do while it waits for them.
 // Compute is rung 2's, unchanged.
 //
 // IO: rung 2's. What should move: the warps' wait at the block-wide barrier of every step and the
