@@ -158,7 +158,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     hopper::wgmma_wait<0>();
     hopper::fence_registers(dv[0]);
     hopper::fence_registers(dk[0]);
-    if (lane == 0) hopper::mbarrier_arrive(&empty[slot]);  // Q_i, dO_i, L_i, D_i: no longer read
+    // Q_i, dO_i, L_i, D_i no longer read. Lane 0's arrival releases only what lane 0 did (PTX's
+    // memory model): the warp's barrier first orders every lane's reads of L_i and D_i before it.
+    __syncwarp();
+    if (lane == 0) hopper::mbarrier_arrive(&empty[slot]);
 
     float dq[1][DT][4];
     hopper::wgmma_fence();
