@@ -56,9 +56,11 @@ struct Dump {
 using Counted = std::pair<course::IoCount, course::Comparison>;
 
 // The runs that share a CPU count: standard attention's, and FlashAttention's by blocks and dQ pass.
-std::string count_key(const BwdVariant& v) {
+std::string count_key(const BwdVariant& v, const Shape& s) {
   if (v.standard) return "standard";
-  return std::to_string(v.plan.kv.Br) + "x" + std::to_string(v.plan.kv.Bc) + (v.plan.deterministic ? " det" : "");
+  const BackwardPlan plan = v.plan_for(s);
+  return std::to_string(plan.kv.Br) + "x" + std::to_string(plan.kv.Bc) + "/" + std::to_string(plan.dq_shares) +
+         (plan.deterministic ? " det" : "");
 }
 
 // The CPU counts the runs need (standard attention's in fp32 only, whose kernels are the course's),
@@ -73,7 +75,7 @@ std::map<std::string, Counted> count_on_cpu(const Shape& s, Dtype t, const std::
   std::map<std::string, std::future<Counted>> jobs;
   std::string names;
   for (const BwdVariant* v : runs) {
-    const std::string key = count_key(*v);
+    const std::string key = count_key(*v, s);
     if (jobs.count(key) || (v->standard && t != Dtype::fp32)) continue;
     if (!v->standard && O.empty()) {
       bench.progress(problem, "the forward on the CPU (stage 06), for the counts");
@@ -85,7 +87,7 @@ std::map<std::string, Counted> count_on_cpu(const Shape& s, Dtype t, const std::
       const course::IoCount io =
           v->standard ? standard_backward_counted(s, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data(),
                                                   dQ.data(), dK.data(), dV.data())
-                      : flash_backward_counted(s, t, v->plan, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
+                      : flash_backward_counted(s, t, v->plan_for(s), in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
                                                O.data(), in.dO.data(), L.data(), dQ.data(), dK.data(), dV.data());
       return Counted{io, ref.check_all(dQ.data(), dK.data(), dV.data())};
     });
@@ -195,7 +197,7 @@ int run_backward_program(const BackwardProgram& program, int argc, char** argv) 
         }
 
         for (const BwdVariant* v : runs) {
-          const BackwardPlan& plan = v->plan;
+          const BackwardPlan plan = v->plan_for(s);
           std::string blocks = v->standard ? "" : " Br=" + std::to_string(plan.kv.Br) + " Bc=" + std::to_string(plan.kv.Bc);
           const bool from_unrounded = unrounded_o && !v->standard && t != Dtype::fp32;
           course::Row row = bench.row(v->name + (from_unrounded ? "_unrounded_o" : "") + (with_forward ? "_fwdbwd" : ""),
@@ -208,7 +210,7 @@ int run_backward_program(const BackwardProgram& program, int argc, char** argv) 
             model += v->standard ? standard_forward_model_bytes(s, t)
                                  : flash_v2_model_bytes(s, t, v2_registry().find(t == Dtype::fp32 ? "flash_v2" : "tuned").tiles(s));
           row.io_model_bytes = model;
-          if (const auto c = counted.find(count_key(*v)); c != counted.end())
+          if (const auto c = counted.find(count_key(*v, s)); c != counted.end())
             bench.record_counted(row, c->second.first, c->second.second);
 #if COURSE_HAS_CUDA
           if (bench.use_gpu()) {

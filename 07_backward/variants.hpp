@@ -20,6 +20,10 @@ struct BwdVariant : VariantInfo {
   BackwardPlan plan;
   BackwardLaunch launch;  // empty in a CPU-only build
   bool standard = false;  // standard attention: P kept from its own forward; `plan` unused
+  // For a variant whose blocks depend on the problem (stage 11's rung 5: Br by d), its plan there;
+  // otherwise `plan` holds for every problem.
+  BackwardPlan (*plan_of)(const Shape&) = nullptr;
+  BackwardPlan plan_for(const Shape& s) const { return plan_of ? plan_of(s) : plan; }
 };
 
 // Standard attention's backward (fp32 from the course's kernels, fp16/bf16 through cuBLAS, P kept),

@@ -18,7 +18,7 @@ using namespace attention;
 using course::Dtype;
 
 TEST_CASE("the ladder: rungs in the chapter's order, fp16 and bf16, d = 64 and 128; stage 07's fastest beside") {
-  const std::vector<std::string> names = {"wgmma", "tma", "warp_specialized", "bulk_dq"};
+  const std::vector<std::string> names = {"wgmma", "tma", "warp_specialized", "bulk_dq", "one_dq"};
   REQUIRE(v3_bwd_registry().rungs().size() == names.size());
   for (std::size_t k = 0; k < names.size(); ++k) {
     const auto& v = v3_bwd_registry().rungs()[k];
@@ -34,6 +34,10 @@ TEST_CASE("the ladder: rungs in the chapter's order, fp16 and bf16, d = 64 and 1
   CHECK(v3_bwd_registry().find("wgmma").plan.kv.Br == 64);
   CHECK(v3_bwd_registry().find("wgmma").plan.kv.Bc == 128);
   CHECK(v3_bwd_registry().find("wgmma").plan.dq_shares == 2);  // one a warpgroup
+  const auto& one_dq = v3_bwd_registry().find("one_dq");  // Br by d, one share of dQ
+  CHECK(one_dq.plan_for({1, 1, 256, 64, false}).kv.Br == 128);
+  CHECK(one_dq.plan_for({1, 1, 256, 128, true}).kv.Br == 64);
+  CHECK(one_dq.plan_for({1, 1, 256, 128, true}).dq_shares == 1);
   const auto beside = stage07_beside();
   REQUIRE(beside.size() == 2);
   CHECK(beside[0].name == "07_wide");
@@ -59,10 +63,10 @@ TEST_CASE("each rung's plan, counted on the CPU: dQ, dK, dV against float64, and
             CAPTURE(in.fwd.seed);
             const auto f = attention::testing::cpu_forward(s, t, in);
             std::vector<float> dQ(s.elements(), NAN), dK(s.elements(), NAN), dV(s.elements(), NAN);
-            const auto io = flash_backward_counted(s, t, v.plan, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
+            const auto io = flash_backward_counted(s, t, v.plan_for(s), in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(),
                                                    f.O.data(), in.dO.data(), f.L.data(), dQ.data(), dK.data(), dV.data());
             const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
             attention::testing::check_gradients(ref, dQ.data(), dK.data(), dV.data());
-            CHECK(double(io.total()) == flash_backward_model_bytes(s, t, v.plan));
+            CHECK(double(io.total()) == flash_backward_model_bytes(s, t, v.plan_for(s)));
           }
 }

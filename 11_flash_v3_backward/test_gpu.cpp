@@ -105,4 +105,6 @@ TEST_CASE("bad input: dtypes and head dimensions a rung does not take, empty sha
   CHECK_THROWS_AS(launch_fa3_bwd_warp_specialized(Shape{1, 1, 4, 96, false}, Dtype::bf16, a), course::UsageError);
   CHECK_THROWS_AS(launch_fa3_bwd_bulk_dq(Shape{1, 1, 4, 64, false}, Dtype::fp32, a), course::UsageError);
   CHECK_THROWS_AS(launch_fa3_bwd_bulk_dq(Shape{1, 1, 4, 64, false}, Dtype::bf16, no_acc), course::UsageError);
+  CHECK_THROWS_AS(launch_fa3_bwd_one_dq(Shape{1, 1, 4, 64, false}, Dtype::fp32, a), course::UsageError);
+  CHECK_THROWS_AS(launch_fa3_bwd_one_dq(Shape{1, 1, 4, 128, false}, Dtype::fp16, no_acc), course::UsageError);
 }

@@ -1,9 +1,7 @@
 #include "variants.hpp"
 
 #include "check.hpp"
-#if COURSE_HAS_HOPPER
-#include "kernels.cuh"
-#endif
+#include "kernels.cuh"  // declarations only (and rung 5's Br): no CUDA needed
 
 namespace attention {
 
@@ -14,6 +12,8 @@ using course::Dtype;
 // Rungs 1-4's blocks (fa3_bwd_common.cuh): key blocks of 128 (two warpgroups of 64), query blocks of 64;
 // dQ's share added by each warpgroup apart (two a pair).
 constexpr Tiles kWgmmaTiles{64, 128};
+// Rung 5: one share of dQ a key block, with query blocks of 128 at d = 64 (one_dq_query_rows).
+BackwardPlan one_dq_plan(const Shape& s) { return {{one_dq_query_rows(s.d), 128}, false, {0, 0}, 1}; }
 
 #if COURSE_HAS_HOPPER
 // The whole backward of an atomic rung: stage 07's preprocess (D, dQacc = 0), the key-outer pass,
@@ -47,6 +47,9 @@ const Registry<BwdVariant>& v3_bwd_registry() {
                 {{"bulk_dq", half, {64, 128},
                   "rung 4: dQ's shares staged in shared memory, added into global memory by the bulk reduction"},
                  {kWgmmaTiles, false, {0, 0}, 2}, COURSE_HOPPER(launch_fa3_bwd_bulk_dq)},
+                {{"one_dq", half, {64, 128},
+                  "rung 5: one share of dQ a key block, split by the consumers (query blocks of 128 at d = 64)"},
+                 one_dq_plan({1, 1, 1, 128, false}), COURSE_HOPPER(launch_fa3_bwd_one_dq), false, one_dq_plan},
             });
   return registry;
 }

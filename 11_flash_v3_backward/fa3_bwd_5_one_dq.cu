@@ -1,0 +1,274 @@
+// Rung 5: one share of dQ a key block. The two consumers put both their dSᵀ tiles in shared memory
+// and split one product dQ_i += dS·K_j over all 128 keys between them, instead of each adding its
+// own 64 keys' share: half the reductions into the L2, half the staging.
+//
+// What changed from rung 4 (fa3_bwd_4_bulk_dq.cu):
+//  - A warpgroup's half of dQ is 64 × 64 floats. At d = 128 it is 64 of the columns (K_j's column
+//    block wg); at d = 64 it is 64 of the rows, so the query block grows to Br = 128 (FlashAttention-3's
+//    tiles: 64 × 128 at d = 128, 128 × 128 at d = 64). Sᵀ and dPᵀ are then 64 keys × 128 queries.
+//  - dQ's product reads the other warpgroup's dSᵀ too: both store it, then meet at a named barrier
+//    (256 threads) every step. dSᵀ has two tiles a warpgroup, by turns: when a warpgroup passes step
+//    k's barrier, both have waited for their dQ product of step k − 1, so step k + 1 may overwrite
+//    the tiles of step k − 1.
+//  - dQ's product is issued after dV's and dK's without waiting for them; the slot goes back when
+//    those two have completed (wait_group 1), dQ's share is staged when it has (wait_group 0).
+// The writer, the staging tile's barriers and the producer are rung 4's.
+//
+// IO: the model with one share of dQ a key block (dq_shares = 1): at d = 128, N = 16k, 34 GB of
+// reductions become 17 GB. What should move: the L2's reduction traffic (half), the writer's and
+// the consumers' staging time; FlashAttention-3 computes dQ so; predicted 1.05-1.10x over rung 4.
+#include "fa3_bwd_common.cuh"
+#include "check.hpp"
+#include "kernels.cuh"
+
+namespace attention::fa3_bwd {
+
+using fa3::issue_pv;
+using fa3::issue_qk;
+
+namespace {
+
+constexpr int kStages = 2, kWsThreads = 384;
+
+// Shared memory (in 16-bit values from a 1024-aligned base): K_j, V_j (Bc × D each); kStages slots
+// of Q_i and dO_i (Br × D each); two turns of both warpgroups' dSᵀ tiles (64 keys × Br queries
+// each); a dQ staging tile a consumer warpgroup (two boxes of 64 rows × 32 floats, in the 128-byte
+// swizzle); kStages slots of L_i and D_i (Br floats each); the barriers (K and V's; a slot's full and
+// empty; a staging tile's full and empty).
+template <int D>
+struct Smem {
+  static constexpr int Br = one_dq_query_rows(D);  // a warpgroup's half of dQ: 64 × 64 either way
+  static constexpr int kK = 0, kV = kBc * D, kQ = 2 * kBc * D, kSlot = 2 * Br * D;  // Q, then dO
+  static constexpr int kDs = kQ + kStages * kSlot, kDq = kDs + 2 * 2 * 64 * Br;
+  static constexpr int kStats = kDq + 2 * 64 * 64 * 2;
+  static constexpr int kBars = kStats + kStages * 2 * Br * 2;  // after the floats (2 halves each)
+  static constexpr size_t kBytes = 2 * size_t(kBars) + 8 * (1 + 2 * kStages + 4) + 1024;
+};
+
+// Warpgroup wg's half of dQ_i += dS·K_j over the key block's 128 keys: eight k steps of 16 keys,
+// the first four from warpgroup 0's dSᵀ tile, the last four from warpgroup 1's (dSt: both, 64 keys ×
+// Br queries each, [key][query], MN-major), and K_j's rows (MN-major). At Br = 128 the half is dS's
+// query block wg of 64 (a column block of the dSᵀ tiles) times all of K_j; at Br = 64 it is all of
+// dS times K_j's column block wg.
+template <class T, int Br>
+__device__ void issue_dq_half(float (&dq)[8][4], const uint16_t* dSt, const uint16_t* Ks, int wg) {
+  constexpr bool rows = Br == 128;
+  const uint64_t a = hopper::make_desc(hopper::smem_u32(dSt) + (rows ? wg * 64 * 128 : 0), 64 * 128, 1024);
+  const uint64_t b = hopper::make_desc(hopper::smem_u32(Ks) + (rows ? 0 : wg * kBc * 128), kBc * 128, 1024);
+#pragma unroll
+  for (int s = 0; s < 8; ++s)
+    hopper::wgmma_ss<T, 64, true>(dq, hopper::desc_advance(a, (s / 4) * 128 * Br + (s % 4) * 16 * 128),
+                                  hopper::desc_advance(b, s * 16 * 128), s > 0);
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    flash_v3_bwd_one_dq(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
+                        const __grid_constant__ CUtensorMap mapV, const __grid_constant__ CUtensorMap mapdO,
+                        const __grid_constant__ CUtensorMap mapdQ, tc::Params p, const float* __restrict__ L,
+                        const float* __restrict__ Dv, float* __restrict__ dQacc, uint16_t* __restrict__ dK,
+                        uint16_t* __restrict__ dV) {
+  using Sm = Smem<D>;
+  constexpr int Br = Sm::Br, NT = Br / 8, DT = D / 8;
+  constexpr bool kRowHalves = Br == 128;  // a warpgroup's half of dQ: 64 rows (d = 64) or 64 columns
+  extern __shared__ uint8_t smem_raw[];
+  uint16_t* const smem = fa3::align1024(smem_raw);
+  uint16_t* const Ks = smem + Sm::kK;
+  uint16_t* const Vs = smem + Sm::kV;
+  auto Qs = [&](int slot) { return smem + Sm::kQ + slot * Sm::kSlot; };
+  auto dOs = [&](int slot) { return Qs(slot) + Br * D; };
+  auto dSt = [&](int turn) { return smem + Sm::kDs + turn * 2 * 64 * Br; };  // both warpgroups' tiles
+  float* const stats = reinterpret_cast<float*>(smem + Sm::kStats);
+  auto Ls = [&](int slot) { return stats + slot * 2 * Br; };
+  auto Ds = [&](int slot) { return Ls(slot) + Br; };
+  uint64_t* const bar_kv = reinterpret_cast<uint64_t*>(smem + Sm::kBars);
+  uint64_t* const full = bar_kv + 1;          // full[s]: slot s's Q, dO (bytes) and L, D (the warp's 32 arrivals) are in
+  uint64_t* const empty = full + kStages;     // empty[s]: the 8 consumer warps are done with slot s
+  uint64_t* const dq_full = empty + kStages;  // dq_full[c]: consumer warpgroup c's 4 warps staged their half
+  uint64_t* const dq_empty = dq_full + 2;     // dq_empty[c]: the writer's reductions have read the tile
+  auto dQs = [&](int cwg) { return reinterpret_cast<float*>(smem + Sm::kDq) + cwg * 64 * 64; };
+  const int warp = threadIdx.x / 32, wg = warp / 4, lane = tc::lane_id();
+  const int j = blockIdx.x, h = blockIdx.y, key0 = j * kBc;
+  // Computed after setmaxnreg in each role (what is live across the producer's setmaxnreg.dec
+  // must fit in its 24 registers).
+  auto geometry = [&] {
+    return make_int2(first_query_block(Br, kBc, p.causal, j), (p.N + Br - 1) / Br);  // first, Tr
+  };
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(bar_kv, 1);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbarrier_init(&full[s], 1 + 32);  // lane 0's expect_tx, and every lane's after its L, D stores
+      hopper::mbarrier_init(&empty[s], 8);
+    }
+    for (int c = 0; c < 2; ++c) {
+      hopper::mbarrier_init(&dq_full[c], 4);
+      hopper::mbarrier_init(&dq_empty[c], 1);
+    }
+    hopper::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // ---- the producer: its first warp loads, its second writes dQ ----
+    hopper::setmaxnreg_dec<24>();
+    const int first = geometry().x, Tr = geometry().y;
+    if (warp == 1) {
+      // Step k's two halves of dQ (query block first + k), each in its staging tile: lane 0 adds the
+      // tile's two boxes into dQacc by TMA reductions (rows past N are not added), waits until the
+      // engine has read them, and gives the tile back. All writes done before exit.
+      for (int k = 0; first + k < Tr; ++k) {
+        for (int c = 0; c < 2; ++c) {
+          hopper::mbarrier_wait(&dq_full[c], k & 1);
+          if (lane == 0) {
+            const int col0 = kRowHalves ? 0 : 64 * c, row0 = (first + k) * Br + (kRowHalves ? 64 * c : 0);
+            hopper::tma_reduce_add_3d(&mapdQ, dQs(c), col0, row0, h);
+            hopper::tma_reduce_add_3d(&mapdQ, dQs(c) + 64 * 32, col0 + 32, row0, h);
+            hopper::bulk_commit();
+            hopper::bulk_wait_read<0>();
+            hopper::mbarrier_arrive(&dq_empty[c]);
+          }
+          __syncwarp();
+        }
+      }
+      hopper::bulk_wait<0>();
+      return;
+    }
+    if (warp != 0) return;
+    if (lane == 0) {
+      hopper::mbarrier_arrive_expect_tx(bar_kv, 2 * kBc * D * 2);
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b) {
+        hopper::tma_load_3d(Ks + b * kBc * 64, &mapK, bar_kv, 64 * b, key0, h);
+        hopper::tma_load_3d(Vs + b * kBc * 64, &mapV, bar_kv, 64 * b, key0, h);
+      }
+    }
+    // Rung 4's ring: step k into slot k % kStages once its use k − kStages is given back.
+    for (int k = 0; first + k < Tr; ++k) {
+      const int slot = k % kStages, row0 = (first + k) * Br;
+      if (k >= kStages) hopper::mbarrier_wait(&empty[slot], (k / kStages - 1) & 1);
+      if (lane == 0) {
+        hopper::mbarrier_arrive_expect_tx(&full[slot], 2 * Br * D * 2);
+#pragma unroll
+        for (int b = 0; b < D / 64; ++b) {
+          hopper::tma_load_3d(Qs(slot) + b * Br * 64, &mapQ, &full[slot], 64 * b, row0, h);
+          hopper::tma_load_3d(dOs(slot) + b * Br * 64, &mapdO, &full[slot], 64 * b, row0, h);
+        }
+      }
+#pragma unroll
+      for (int r = lane; r < Br; r += 32) {
+        const bool in = row0 + r < p.N;
+        Ls(slot)[r] = in ? (L + size_t(h) * p.N)[row0 + r] : 0.0f;
+        Ds(slot)[r] = in ? (Dv + size_t(h) * p.N)[row0 + r] : 0.0f;
+      }
+      hopper::mbarrier_arrive(&full[slot]);  // release: the stores above are seen by its waiters
+    }
+    return;
+  }
+
+  // ---- the consumers: warpgroups 1 and 2, 64 keys each ----
+  hopper::setmaxnreg_inc<240>();
+  const int first = geometry().x, Tr = geometry().y;
+  const size_t head = size_t(h) * p.N * D;
+  const int cwg = wg - 1, g = lane / 4, t = lane % 4, key_w = 64 * cwg + 16 * (warp % 4);
+  const float c = p.scale * ptx::kLog2e;
+  // Where the thread's element of its half of dQ (row r, column 8n + 2t) lies in the staging tile:
+  // rung 4's addressing, boxes of 64 rows.
+  auto dq_at = [&](int n, int half) {
+    return dQs(cwg) + (n / 4) * 64 * 32 + (16 * (warp % 4) + g + 8 * half) * 32 + (((2 * (n % 4) + t / 2) ^ g) * 4) +
+           2 * (t % 2);
+  };
+  hopper::mbarrier_wait(bar_kv, 0);
+
+  float dk[1][DT][4] = {}, dv[1][DT][4] = {};
+  for (int i = first; i < Tr; ++i) {
+    const int k = i - first, slot = k % kStages, row0 = i * Br;
+    uint16_t* const ds = dSt(k % 2);
+    hopper::mbarrier_wait(&full[slot], (k / kStages) & 1);
+
+    // Sᵀ and dPᵀ: the warpgroup's 64 keys × Br queries each.
+    float St[1][NT][4], dPt[1][NT][4];
+    hopper::wgmma_fence();
+    issue_qk<T, D, kBc>(St[0], Ks, cwg, Qs(slot));
+    issue_qk<T, D, kBc>(dPt[0], Vs, cwg, dOs(slot));
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(St[0]);
+    hopper::fence_registers(dPt[0]);
+    if (COURSE_BLOCK_NEEDS_MASK(row0, key0 + kBc, p.Nk, p.causal))
+      tc::mask_scores<true>(St, key0 + key_w, row0, p.Nk, p.causal);  // Sᵀ: keys in rows
+    bwd::softmax_backward_t(St, dPt, Ls(slot), Ds(slot), c);           // Pᵀ in St, dSᵀ in dPt
+
+    uint32_t Pa[1][NT / 2][4], dSa[1][NT / 2][4];
+    tc::pack_a<T>(St[0], Pa[0]);
+    tc::pack_a<T>(dPt[0], dSa[0]);
+    store_ds_t<T>(ds + cwg * 64 * Br, dPt[0], warp % 4, g, t);
+    hopper::fence_proxy_async();  // the stores (generic proxy) before the wgmma that reads them
+
+    hopper::wgmma_fence();
+    issue_pv<T, D>(dv[0], Pa[0], dOs(slot));
+    issue_pv<T, D>(dk[0], dSa[0], Qs(slot));
+    hopper::wgmma_commit();
+    hopper::named_barrier_sync(1, 256);  // both warpgroups' dSᵀ of step k are in their tiles
+    float dq[8][4];
+    hopper::wgmma_fence();
+    issue_dq_half<T, Br>(dq, ds, Ks, cwg);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();  // dV's and dK's products: Q_i, dO_i, L_i, D_i no longer read
+    hopper::fence_registers(dv[0]);
+    hopper::fence_registers(dk[0]);
+    __syncwarp();  // every lane's reads of L_i and D_i before lane 0's arrival (rung 3)
+    if (lane == 0) hopper::mbarrier_arrive(&empty[slot]);
+
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(dq);
+    // The half into the staging tile, once the writer has read step k − 1's; then to the writer.
+    if (k > 0) hopper::mbarrier_wait(&dq_empty[cwg], (k - 1) & 1);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      *reinterpret_cast<float2*>(dq_at(n, 0)) = make_float2(dq[n][0], dq[n][1]);
+      *reinterpret_cast<float2*>(dq_at(n, 1)) = make_float2(dq[n][2], dq[n][3]);
+    }
+    hopper::fence_proxy_async();
+    __syncwarp();
+    if (lane == 0) hopper::mbarrier_arrive(&dq_full[cwg]);
+  }
+
+  // dK_w·scale and dV_w through the tiles K_j and V_j held (stage 07's epilogue), once both
+  // warpgroups' last dQ products have read K_j.
+  hopper::named_barrier_sync(2, 256);
+  bwd::stage_dk_dv<T, D>(Ks, Vs, dk, dv, p.scale, key_w, 0, g, t);
+  __syncwarp();
+  bwd::store_dk_dv<D, 16, D / 8>(dK, dV, Ks, Vs, head, key0, key_w, 0, p.N, lane);
+}
+
+}  // namespace
+
+}  // namespace attention::fa3_bwd
+
+namespace attention {
+
+void launch_fa3_bwd_one_dq(const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  course::require(a.dQacc != nullptr, "one_dq (stage 11): its dQ goes through dQacc");
+  tc::dispatch("one_dq", s, t, [&](auto config) {
+    using C = decltype(config);
+    fa3::require_hopper("one_dq (stage 11)");
+    using Sm = fa3_bwd::Smem<C::D>;
+    static_assert(Sm::kBytes <= 227 * 1024, "rung 5's shared memory: at most 227 KB a block");
+    const bool bf16 = t == course::Dtype::bf16;
+    const CUtensorMap mapQ = fa3::make_tensor_map(a.Q, bf16, s.heads(), s.N, C::D, Sm::Br);
+    const CUtensorMap mapdO = fa3::make_tensor_map(a.dO, bf16, s.heads(), s.N, C::D, Sm::Br);
+    const CUtensorMap mapK = fa3::make_tensor_map(a.K, bf16, s.heads(), s.N, C::D, fa3_bwd::kBc);
+    const CUtensorMap mapV = fa3::make_tensor_map(a.V, bf16, s.heads(), s.N, C::D, fa3_bwd::kBc);
+    const CUtensorMap mapdQ = fa3::make_tensor_map(
+        {a.dQacc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, C::D, s.N, s.heads(), 32, 64, CU_TENSOR_MAP_SWIZZLE_128B});
+    const auto kernel = fa3_bwd::flash_v3_bwd_one_dq<typename C::T, C::D>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Sm::kBytes)));
+    const dim3 grid((s.N + fa3_bwd::kBc - 1) / fa3_bwd::kBc, s.heads());
+    kernel<<<grid, fa3_bwd::kWsThreads, Sm::kBytes>>>(
+        mapQ, mapK, mapV, mapdO, mapdQ,
+        bwd::with_keys(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D), a), a.L, a.D, a.dQacc,
+        static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace attention
