@@ -4,7 +4,7 @@
 // What changed from rung 2 (fa3_bwd_2_tma.cu):
 //  - 384 threads: warpgroup 0 is the producer (its first warp issues every copy), warpgroups 1 and
 //    2 are rung 2's two compute warpgroups.
-//  - No __syncthreads in the loop. Each slot has a second barrier, "empty": every consumer warp
+//  - No __syncthreads in the loop. Each slot has a second barrier, "empty": every consumer thread
 //    arrives on it once its products that read Q_i, dO_i, L_i, D_i have completed, that is before
 //    dQ's product; the producer waits on it before refilling the slot. The producer runs kStages
 //    query blocks ahead, and a consumer that is done with a block goes on without the other.
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   auto Ds = [&](int slot) { return Ls(slot) + kBr; };
   uint64_t* const bar_kv = reinterpret_cast<uint64_t*>(smem + Sm::kBars);
   uint64_t* const full = bar_kv + 1;         // full[s]: slot s's Q, dO (bytes) and L, D (the warp's 32 arrivals) are in
-  uint64_t* const empty = full + kStages;    // empty[s]: the 8 consumer warps are done with slot s
+  uint64_t* const empty = full + kStages;    // empty[s]: the 256 consumer threads are done with slot s
   const int warp = threadIdx.x / 32, wg = warp / 4, lane = tc::lane_id();
   const int j = blockIdx.x, h = blockIdx.y, key0 = j * kBc;
   const size_t head = size_t(h) * p.N * D, stat0 = size_t(h) * p.N;
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     hopper::mbarrier_init(bar_kv, 1);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(&full[s], 1 + 32);  // lane 0's expect_tx, and every lane's after its L, D stores
-      hopper::mbarrier_init(&empty[s], 8);
+      hopper::mbarrier_init(&empty[s], 256);
     }
     hopper::fence_barrier_init();
   }
@@ -158,10 +158,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     hopper::wgmma_wait<0>();
     hopper::fence_registers(dv[0]);
     hopper::fence_registers(dk[0]);
-    // Q_i, dO_i, L_i, D_i no longer read. Lane 0's arrival releases only what lane 0 did (PTX's
-    // memory model): the warp's barrier first orders every lane's reads of L_i and D_i before it.
-    __syncwarp();
-    if (lane == 0) hopper::mbarrier_arrive(&empty[slot]);
+    // Q_i, dO_i, L_i, D_i no longer read. Every thread arrives: an arrival releases what its own
+    // thread did (here, its reads of L_i and D_i) to the producer that waits on the barrier.
+    hopper::mbarrier_arrive(&empty[slot]);
 
     float dq[1][DT][4];
     hopper::wgmma_fence();

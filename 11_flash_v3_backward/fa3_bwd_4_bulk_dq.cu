@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   auto Ds = [&](int slot) { return Ls(slot) + kBr; };
   uint64_t* const bar_kv = reinterpret_cast<uint64_t*>(smem + Sm::kBars);
   uint64_t* const full = bar_kv + 1;         // full[s]: slot s's Q, dO (bytes) and L, D (the warp's 32 arrivals) are in
-  uint64_t* const empty = full + kStages;    // empty[s]: the 8 consumer warps are done with slot s
+  uint64_t* const empty = full + kStages;    // empty[s]: the 256 consumer threads are done with slot s
   uint64_t* const dq_full = empty + kStages;  // dq_full[c]: consumer warpgroup c's 4 warps staged their dQ
   uint64_t* const dq_empty = dq_full + 2;     // dq_empty[c]: the writer's reductions have read the tile
   auto dQs = [&](int cwg) { return reinterpret_cast<float*>(smem + Sm::kDq) + cwg * kBr * D; };
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     hopper::mbarrier_init(bar_kv, 1);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(&full[s], 1 + 32);  // lane 0's expect_tx, and every lane's after its L, D stores
-      hopper::mbarrier_init(&empty[s], 8);
+      hopper::mbarrier_init(&empty[s], 256);
     }
     for (int c = 0; c < 2; ++c) {
       hopper::mbarrier_init(&dq_full[c], 4);
@@ -201,10 +201,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     hopper::wgmma_wait<0>();
     hopper::fence_registers(dv[0]);
     hopper::fence_registers(dk[0]);
-    // Q_i, dO_i, L_i, D_i no longer read. Lane 0's arrival releases only what lane 0 did (PTX's
-    // memory model): the warp's barrier first orders every lane's reads of L_i and D_i before it.
-    __syncwarp();
-    if (lane == 0) hopper::mbarrier_arrive(&empty[slot]);
+    // Q_i, dO_i, L_i, D_i no longer read. Every thread arrives: an arrival releases what its own
+    // thread did (here, its reads of L_i and D_i) to the producer that waits on the barrier.
+    hopper::mbarrier_arrive(&empty[slot]);
 
     float dq[1][DT][4];
     hopper::wgmma_fence();

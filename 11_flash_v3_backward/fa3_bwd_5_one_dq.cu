@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   auto Ds = [&](int slot) { return Ls(slot) + Br; };
   uint64_t* const bar_kv = reinterpret_cast<uint64_t*>(smem + Sm::kBars);
   uint64_t* const full = bar_kv + 1;          // full[s]: slot s's Q, dO (bytes) and L, D (the warp's 32 arrivals) are in
-  uint64_t* const empty = full + kStages;     // empty[s]: the 8 consumer warps are done with slot s
+  uint64_t* const empty = full + kStages;     // empty[s]: the 256 consumer threads are done with slot s
   uint64_t* const dq_full = empty + kStages;  // dq_full[c]: consumer warpgroup c's 4 warps staged their half
   uint64_t* const dq_empty = dq_full + 2;     // dq_empty[c]: the writer's reductions have read the tile
   auto dQs = [&](int cwg) { return reinterpret_cast<float*>(smem + Sm::kDq) + cwg * 64 * 64; };
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     hopper::mbarrier_init(bar_kv, 1);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(&full[s], 1 + 32);  // lane 0's expect_tx, and every lane's after its L, D stores
-      hopper::mbarrier_init(&empty[s], 8);
+      hopper::mbarrier_init(&empty[s], 256);
     }
     for (int c = 0; c < 2; ++c) {
       hopper::mbarrier_init(&dq_full[c], 4);
@@ -215,8 +215,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     hopper::wgmma_wait<1>();  // dV's and dK's products: Q_i, dO_i, L_i, D_i no longer read
     hopper::fence_registers(dv[0]);
     hopper::fence_registers(dk[0]);
-    __syncwarp();  // every lane's reads of L_i and D_i before lane 0's arrival (rung 3)
-    if (lane == 0) hopper::mbarrier_arrive(&empty[slot]);
+    hopper::mbarrier_arrive(&empty[slot]);  // each thread's, for its reads of L_i and D_i (rung 3)
 
     hopper::wgmma_wait<0>();
     hopper::fence_registers(dq);
