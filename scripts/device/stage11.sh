@@ -75,11 +75,11 @@ if has ncu; then
     timeout 150 ncu --clock-control none -k regex:flash_v3_bwd -c 1 \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
       --section MemoryWorkloadAnalysis \
-      --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__t_requests_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed_op_global_red.sum \
+      --metrics sm__inst_executed.sum,lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__t_requests_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed_op_global_red.sum \
       build/bin/11_flash_v3_backward --batch 4 --heads $((2048 / d)) --seq 4096 --d "$d" --dtype fp16 --variants "$v" \
       --reps 1 --warmup 0 --check-heads 1 --no-counters --count-limit 0 >"$OUT/ncu_${v}_$d.log" 2>&1
     note "ncu $v d=$d: rc=$?"
-    grep -E "Duration|hmma_cycles|inst_executed|lts__t_|dram__bytes|Issue Slots Busy|No Eligible|Registers Per|Warp Cycles Per Issued|L2 Cache Throughput|DRAM Throughput" "$OUT/ncu_${v}_$d.log" \
+    grep -E "Duration|Compute (SM) Throughput|inst_executed|lts__t_|dram__bytes|Issue Slots Busy|No Eligible|Registers Per|Warp Cycles Per Issued|L2 Cache Throughput|DRAM Throughput" "$OUT/ncu_${v}_$d.log" \
       | sed 's/^ */    /' | cut -c1-150 | tee -a "$OUT/ncu_table.txt"
   done
   done
