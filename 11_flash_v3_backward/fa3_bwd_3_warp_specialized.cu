@@ -23,8 +23,6 @@
 // slot's refill behind it (the producer refills while the consumers compute dQ); by stage 08's
 // rung 3 (1.05-1.1x over its rung 2), about 1.1x.
 #include "fa3_bwd_common.cuh"
-#include "check.hpp"
-#include "kernels.cuh"
 
 namespace attention::fa3_bwd {
 
@@ -191,20 +189,11 @@ void launch_fa3_bwd_warp_specialized(const Shape& s, course::Dtype t, const Back
   tc::dispatch("warp_specialized", s, t, [&](auto config) {
     using C = decltype(config);
     fa3::require_hopper("warp_specialized (stage 11)");
-    constexpr size_t bytes = fa3_bwd::Smem<C::D>::kBytes;
-    static_assert(bytes <= 227 * 1024, "rung 3's shared memory: at most 227 KB a block");
-    const bool bf16 = t == course::Dtype::bf16;
-    const CUtensorMap mapQ = fa3::make_tensor_map(a.Q, bf16, s.heads(), s.N, C::D, fa3_bwd::kBr);
-    const CUtensorMap mapdO = fa3::make_tensor_map(a.dO, bf16, s.heads(), s.N, C::D, fa3_bwd::kBr);
-    const CUtensorMap mapK = fa3::make_tensor_map(a.K, bf16, s.heads(), s.N, C::D, fa3_bwd::kBc);
-    const CUtensorMap mapV = fa3::make_tensor_map(a.V, bf16, s.heads(), s.N, C::D, fa3_bwd::kBc);
-    const auto kernel = fa3_bwd::flash_v3_bwd_warp_specialized<typename C::T, C::D>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    const dim3 grid((s.N + fa3_bwd::kBc - 1) / fa3_bwd::kBc, s.heads());
-    kernel<<<grid, fa3_bwd::kWsThreads, bytes>>>(
-        mapQ, mapK, mapV, mapdO, bwd::with_keys(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D), a), a.L,
-        a.D, a.dQacc, static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
-    CUDA_CHECK_LAUNCH();
+    using Sm = fa3_bwd::Smem<C::D>;
+    static_assert(Sm::kBytes <= 227 * 1024, "rung 3's shared memory: at most 227 KB a block");
+    const auto m = fa3_bwd::tensor_maps(s, t, C::D, a, fa3_bwd::kBr);
+    fa3_bwd::launch_per_key_block(fa3_bwd::flash_v3_bwd_warp_specialized<typename C::T, C::D>, Sm::kBytes, fa3_bwd::kWsThreads, s, C::D, a,
+                                  m.Q, m.K, m.V, m.dO);
   });
 }
 

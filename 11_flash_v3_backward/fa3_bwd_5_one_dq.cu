@@ -18,8 +18,6 @@
 // reductions become 17 GB. What should move: the L2's reduction traffic (half), the writer's and
 // the consumers' staging time; FlashAttention-3 computes dQ so; predicted 1.05-1.10x over rung 4.
 #include "fa3_bwd_common.cuh"
-#include "check.hpp"
-#include "kernels.cuh"
 
 namespace attention::fa3_bwd {
 
@@ -252,21 +250,9 @@ void launch_fa3_bwd_one_dq(const Shape& s, course::Dtype t, const BackwardArgs& 
     fa3::require_hopper("one_dq (stage 11)");
     using Sm = fa3_bwd::Smem<C::D>;
     static_assert(Sm::kBytes <= 227 * 1024, "rung 5's shared memory: at most 227 KB a block");
-    const bool bf16 = t == course::Dtype::bf16;
-    const CUtensorMap mapQ = fa3::make_tensor_map(a.Q, bf16, s.heads(), s.N, C::D, Sm::Br);
-    const CUtensorMap mapdO = fa3::make_tensor_map(a.dO, bf16, s.heads(), s.N, C::D, Sm::Br);
-    const CUtensorMap mapK = fa3::make_tensor_map(a.K, bf16, s.heads(), s.N, C::D, fa3_bwd::kBc);
-    const CUtensorMap mapV = fa3::make_tensor_map(a.V, bf16, s.heads(), s.N, C::D, fa3_bwd::kBc);
-    const CUtensorMap mapdQ = fa3::make_tensor_map(
-        {a.dQacc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, C::D, s.N, s.heads(), 32, 64, CU_TENSOR_MAP_SWIZZLE_128B});
-    const auto kernel = fa3_bwd::flash_v3_bwd_one_dq<typename C::T, C::D>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Sm::kBytes)));
-    const dim3 grid((s.N + fa3_bwd::kBc - 1) / fa3_bwd::kBc, s.heads());
-    kernel<<<grid, fa3_bwd::kWsThreads, Sm::kBytes>>>(
-        mapQ, mapK, mapV, mapdO, mapdQ,
-        bwd::with_keys(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, C::D), a), a.L, a.D, a.dQacc,
-        static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
-    CUDA_CHECK_LAUNCH();
+    const auto m = fa3_bwd::tensor_maps(s, t, C::D, a, Sm::Br);
+    fa3_bwd::launch_per_key_block(fa3_bwd::flash_v3_bwd_one_dq<typename C::T, C::D>, Sm::kBytes, fa3_bwd::kWsThreads, s, C::D, a,
+                                  m.Q, m.K, m.V, m.dO, fa3_bwd::dq_tensor_map(s, C::D, a, 64));
   });
 }
 

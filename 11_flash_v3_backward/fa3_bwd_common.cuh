@@ -1,10 +1,12 @@
 // What stage 11's rungs share: the block shape (a key block of Bc = 128, two warpgroups of 64 keys
-// each, query blocks of Br = 64) and the two pieces every rung's step has beyond stage 07's and 08's
-// helpers: dSᵀ into the warpgroup's tile, and dQ's share from it.
+// each, query blocks of Br = 64), the two pieces every rung's step has beyond stage 07's and 08's
+// helpers (dSᵀ into the warpgroup's tile, dQ's share from it), and the launch.
 #pragma once
 
 #include "../07_backward/tc_bwd.cuh"
 #include "../08_flash_v3/fa3_common.cuh"
+#include "check.hpp"
+#include "kernels.cuh"
 
 namespace attention::fa3_bwd {
 
@@ -33,6 +35,36 @@ __device__ void issue_dq(float (&dq)[D / 8][4], const uint16_t* dSt, const uint1
   for (int s = 0; s < 4; ++s)
     hopper::wgmma_ss<T, D, true>(dq, hopper::desc_advance(a, s * 16 * 128), hopper::desc_advance(b, s * 16 * 128),
                                  s > 0);
+}
+
+// --- the launch (host) -------------------------------------------------------------------------------
+// The TMA rungs' tensor maps: Q and dO in boxes of Br rows, K and V of Bc rows (128-byte swizzle,
+// 64 columns a box); dQacc's, for the rungs that add dQ by the copy engine, in boxes of 32 floats ×
+// dq_rows rows, the same swizzle.
+struct TensorMaps {
+  CUtensorMap Q, K, V, dO;
+};
+inline TensorMaps tensor_maps(const Shape& s, course::Dtype t, int d, const BackwardArgs& a, int Br) {
+  const bool bf16 = t == course::Dtype::bf16;
+  return {fa3::make_tensor_map(a.Q, bf16, s.heads(), s.N, d, Br), fa3::make_tensor_map(a.K, bf16, s.heads(), s.N, d, kBc),
+          fa3::make_tensor_map(a.V, bf16, s.heads(), s.N, d, kBc), fa3::make_tensor_map(a.dO, bf16, s.heads(), s.N, d, Br)};
+}
+inline CUtensorMap dq_tensor_map(const Shape& s, int d, const BackwardArgs& a, int dq_rows) {
+  return fa3::make_tensor_map({a.dQacc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, d, s.N, s.heads(), 32, dq_rows,
+                               CU_TENSOR_MAP_SWIZZLE_128B});
+}
+
+// One block a key block of each head (blockIdx.x, blockIdx.y), `threads` a block, `smem_bytes` of
+// dynamic shared memory; the kernel takes `first` (its tensor maps, or dO), then the problem's
+// parameters, L, D, dQacc, dK and dV.
+template <class Kernel, class... First>
+void launch_per_key_block(Kernel kernel, size_t smem_bytes, int threads, const Shape& s, int d, const BackwardArgs& a,
+                          const First&... first) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
+  const dim3 grid((s.N + kBc - 1) / kBc, s.heads());
+  kernel<<<grid, threads, smem_bytes>>>(first..., bwd::with_keys(tc::params(a.Q, a.K, a.V, nullptr, nullptr, s.N, s.causal, d), a),
+                                        a.L, a.D, a.dQacc, static_cast<uint16_t*>(a.dK), static_cast<uint16_t*>(a.dV));
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace attention::fa3_bwd
