@@ -350,6 +350,19 @@ __device__ inline void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(n) : "memory");
 }
 
+// Ordering across blocks (stage 11's deterministic dQ): a counter read with acquire, bumped with
+// release, both at the GPU's scope; fence_proxy_async_global orders the copy engine's accesses to
+// global memory (async proxy) with the thread's ordinary ones on either side of it.
+__device__ inline int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ inline void red_release_gpu_add(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ inline void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
 // --- named barriers ------------------------------------------------------------------------------------
 // PTX ISA, "bar.sync / bar.arrive": barrier `id` (1..15; 0 is __syncthreads) completes when
 // `threads` threads (a multiple of 32) have reached it; sync waits for that, arrive does not.

@@ -17,6 +17,19 @@
 // IO: the model with one share of dQ a key block (dq_shares = 1): at d = 128, N = 16k, 34 GB of
 // reductions become 17 GB. What should move: the L2's reduction traffic (half), the writer's and
 // the consumers' staging time; FlashAttention-3 computes dQ so; predicted 1.05-1.10x over rung 4.
+//
+// Rung 6, deterministic (kDeterministic): the same kernel, with the writer adding a query block's
+// half of dQ only in its turn. dQacc's element gets one addition from each key block j, in the
+// order the blocks reach it, so its float sum changes from run to run. Here a counter for each
+// (head, query block, half) holds how many key blocks have added theirs; block j's writer waits
+// until it reads j (acquire), adds, waits until the additions are done in global memory (not
+// only the tile read) and bumps it (release). Causal or not, the blocks that reach query block i
+// are j = 0, 1, ..., so j is block j's turn. Blocks start in the order of blockIdx.x within a
+// head (the hardware's order; FlashAttention-3 relies on it too), so block j waits only for blocks
+// already running or done. What it costs: the writer's wait for the reductions' completion and
+// its turn; FlashAttention-3's deterministic backward is about 17% slower; predicted 0.85-0.95x.
+#include <string>
+
 #include "fa3_bwd_common.cuh"
 
 namespace attention::fa3_bwd {
@@ -59,11 +72,12 @@ __device__ void issue_dq_half(float (&dq)[8][4], const uint16_t* dSt, const uint
                                   hopper::desc_advance(b, s * 16 * 128), s > 0);
 }
 
-template <class T, int D>
+template <class T, int D, bool kDeterministic>
 __global__ void __launch_bounds__(kWsThreads, 1)
     flash_v3_bwd_one_dq(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                         const __grid_constant__ CUtensorMap mapV, const __grid_constant__ CUtensorMap mapdO,
-                        const __grid_constant__ CUtensorMap mapdQ, tc::Params p, const float* __restrict__ L,
+                        const __grid_constant__ CUtensorMap mapdQ, int* __restrict__ dq_turn, tc::Params p,
+                        const float* __restrict__ L,
                         const float* __restrict__ Dv, float* __restrict__ dQacc, uint16_t* __restrict__ dK,
                         uint16_t* __restrict__ dV) {
   using Sm = Smem<D>;
@@ -118,10 +132,22 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           hopper::mbarrier_wait(&dq_full[c], k & 1);
           if (lane == 0) {
             const int col0 = kRowHalves ? 0 : 64 * c, row0 = (first + k) * Br + (kRowHalves ? 64 * c : 0);
+            int* const turn = kDeterministic ? dq_turn + (size_t(h) * Tr + first + k) * 2 + c : nullptr;
+            if constexpr (kDeterministic) {
+              while (hopper::ld_acquire_gpu(turn) != j) {
+              }
+              hopper::fence_proxy_async_global();  // the reductions after the read that allowed them
+            }
             hopper::tma_reduce_add_3d(&mapdQ, dQs(c), col0, row0, h);
             hopper::tma_reduce_add_3d(&mapdQ, dQs(c) + 64 * 32, col0 + 32, row0, h);
             hopper::bulk_commit();
-            hopper::bulk_wait_read<0>();
+            if constexpr (kDeterministic) {
+              hopper::bulk_wait<0>();  // the additions done in dQacc
+              hopper::fence_proxy_async_global();
+              hopper::red_release_gpu_add(turn, 1);  // key block j + 1's turn
+            } else {
+              hopper::bulk_wait_read<0>();
+            }
             hopper::mbarrier_arrive(&dq_empty[c]);
           }
           __syncwarp();
@@ -243,17 +269,48 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
 namespace attention {
 
-void launch_fa3_bwd_one_dq(const Shape& s, course::Dtype t, const BackwardArgs& a) {
-  course::require(a.dQacc != nullptr, "one_dq (stage 11): its dQ goes through dQacc");
-  tc::dispatch("one_dq", s, t, [&](auto config) {
+namespace {
+
+// The deterministic rung's counters, heads × ⌈N/Br⌉ × 2 ints, zeroed before each launch (stream 0,
+// as the launch); one buffer a GPU for the process, grown when a problem needs more.
+int* dq_turns(std::size_t count) {
+  static int* turns[64] = {};
+  static std::size_t held[64] = {};
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  course::require(device < 64, "deterministic (stage 11): more than 64 GPUs");
+  if (held[device] < count) {
+    if (turns[device]) CUDA_CHECK(cudaFree(turns[device]));
+    CUDA_CHECK(cudaMalloc(&turns[device], count * sizeof(int)));
+    held[device] = count;
+  }
+  CUDA_CHECK(cudaMemsetAsync(turns[device], 0, count * sizeof(int)));
+  return turns[device];
+}
+
+template <bool kDeterministic>
+void launch_one_dq(const char* name, const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  course::require(a.dQacc != nullptr, std::string(name) + " (stage 11): its dQ goes through dQacc");
+  tc::dispatch(name, s, t, [&](auto config) {
     using C = decltype(config);
-    fa3::require_hopper("one_dq (stage 11)");
+    fa3::require_hopper((std::string(name) + " (stage 11)").c_str());
     using Sm = fa3_bwd::Smem<C::D>;
     static_assert(Sm::kBytes <= 227 * 1024, "rung 5's shared memory: at most 227 KB a block");
     const auto m = fa3_bwd::tensor_maps(s, t, C::D, a, Sm::Br);
-    fa3_bwd::launch_per_key_block(fa3_bwd::flash_v3_bwd_one_dq<typename C::T, C::D>, Sm::kBytes, fa3_bwd::kWsThreads, s, C::D, a,
-                                  m.Q, m.K, m.V, m.dO, fa3_bwd::dq_tensor_map(s, C::D, a, 64));
+    int* const turns = kDeterministic ? dq_turns(std::size_t(s.heads()) * ((s.N + Sm::Br - 1) / Sm::Br) * 2) : nullptr;
+    fa3_bwd::launch_per_key_block(fa3_bwd::flash_v3_bwd_one_dq<typename C::T, C::D, kDeterministic>, Sm::kBytes,
+                                  fa3_bwd::kWsThreads, s, C::D, a, m.Q, m.K, m.V, m.dO,
+                                  fa3_bwd::dq_tensor_map(s, C::D, a, 64), turns);
   });
+}
+
+}  // namespace
+
+void launch_fa3_bwd_one_dq(const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  launch_one_dq<false>("one_dq", s, t, a);
+}
+void launch_fa3_bwd_deterministic(const Shape& s, course::Dtype t, const BackwardArgs& a) {
+  launch_one_dq<true>("deterministic", s, t, a);
 }
 
 }  // namespace attention

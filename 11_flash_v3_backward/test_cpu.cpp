@@ -18,7 +18,7 @@ using namespace attention;
 using course::Dtype;
 
 TEST_CASE("the ladder: rungs in the chapter's order, fp16 and bf16, d = 64 and 128; stage 07's fastest beside") {
-  const std::vector<std::string> names = {"wgmma", "tma", "warp_specialized", "bulk_dq", "one_dq"};
+  const std::vector<std::string> names = {"wgmma", "tma", "warp_specialized", "bulk_dq", "one_dq", "deterministic"};
   REQUIRE(v3_bwd_registry().rungs().size() == names.size());
   for (std::size_t k = 0; k < names.size(); ++k) {
     const auto& v = v3_bwd_registry().rungs()[k];

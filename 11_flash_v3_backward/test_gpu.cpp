@@ -107,4 +107,47 @@ TEST_CASE("bad input: dtypes and head dimensions a rung does not take, empty sha
   CHECK_THROWS_AS(launch_fa3_bwd_bulk_dq(Shape{1, 1, 4, 64, false}, Dtype::bf16, no_acc), course::UsageError);
   CHECK_THROWS_AS(launch_fa3_bwd_one_dq(Shape{1, 1, 4, 64, false}, Dtype::fp32, a), course::UsageError);
   CHECK_THROWS_AS(launch_fa3_bwd_one_dq(Shape{1, 1, 4, 128, false}, Dtype::fp16, no_acc), course::UsageError);
+  CHECK_THROWS_AS(launch_fa3_bwd_deterministic(Shape{1, 1, 4, 64, false}, Dtype::fp32, a), course::UsageError);
+  CHECK_THROWS_AS(launch_fa3_bwd_deterministic(Shape{1, 1, 4, 64, false}, Dtype::bf16, no_acc), course::UsageError);
+}
+
+TEST_CASE("deterministic: dQ, dK, dV bit for bit the same in repeated runs (and how often one_dq's dQ differs)") {
+  const bool sanitizer = course::testing::under_sanitizer();
+  const BwdVariant& v = v3_bwd_registry().find("deterministic");
+  for (Dtype t : v.dtypes)
+    for (int d : v.ds)
+      for (bool causal : {false, true}) {
+        // Many key blocks add into each query block of dQ: the order matters to its float sum.
+        const Shape s{1, sanitizer ? 2 : 4, sanitizer ? 700 : 3000, d, causal};
+        const auto in = make_backward_inputs(s, t, course::fresh_seed());
+        CAPTURE(s.text());
+        CAPTURE(in.fwd.seed);
+        BackwardDeviceRun dev(s, t, in, v);
+        dev.forward(s);
+        std::vector<std::uint16_t> first[3];
+        for (int run = 0; run < (sanitizer ? 2 : 4); ++run) {
+          dev.poison();
+          v.launch(s, t, dev.args());
+          const std::vector<std::uint16_t> now[3] = {dev.dQh.download(), dev.dKh.download(), dev.dVh.download()};
+          for (int g = 0; g < 3; ++g) {
+            if (run == 0) first[g] = now[g];
+            CHECK(now[g] == first[g]);
+          }
+        }
+        const BackwardReference ref(s, t, in.fwd.Q.data(), in.fwd.K.data(), in.fwd.V.data(), in.dO.data());
+        check_gradients(ref, dev.dQ().data(), dev.dK().data(), dev.dV().data());
+        // The same runs of one_dq, whose additions come in the order the blocks reach them: the
+        // count of runs whose dQ differs from its first (not asserted: it may happen to be 0).
+        const BwdVariant& racing = v3_bwd_registry().find("one_dq");
+        std::vector<std::uint16_t> racing_first;
+        int differ = 0;
+        for (int run = 0; run < (sanitizer ? 2 : 4); ++run) {
+          racing.launch(s, t, dev.args());
+          const auto now = dev.dQh.download();
+          if (run == 0) racing_first = now;
+          differ += now != racing_first;
+        }
+        MESSAGE(s.text() << " " << course::name(t) << ": one_dq's dQ differed from its first run in " << differ << " of "
+                         << (sanitizer ? 1 : 3) << " runs");
+      }
 }

@@ -12,7 +12,7 @@ using course::Dtype;
 // Rungs 1-4's blocks (fa3_bwd_common.cuh): key blocks of 128 (two warpgroups of 64), query blocks of 64;
 // dQ's share added by each warpgroup apart (two a pair).
 constexpr Tiles kWgmmaTiles{64, 128};
-// Rung 5: one share of dQ a key block, with query blocks of 128 at d = 64 (one_dq_query_rows).
+// Rungs 5 and 6: one share of dQ a key block, with query blocks of 128 at d = 64 (one_dq_query_rows).
 BackwardPlan one_dq_plan(const Shape& s) { return {{one_dq_query_rows(s.d), 128}, false, {0, 0}, 1}; }
 
 #if COURSE_HAS_HOPPER
@@ -50,6 +50,9 @@ const Registry<BwdVariant>& v3_bwd_registry() {
                 {{"one_dq", half, {64, 128},
                   "rung 5: one share of dQ a key block, split by the consumers (query blocks of 128 at d = 64)"},
                  one_dq_plan({1, 1, 1, 128, false}), COURSE_HOPPER(launch_fa3_bwd_one_dq), false, one_dq_plan},
+                {{"deterministic", half, {64, 128},
+                  "rung 6: rung 5 with dQ's additions in key-block order (a counter each): bit-for-bit repeatable"},
+                 one_dq_plan({1, 1, 1, 128, false}), COURSE_HOPPER(launch_fa3_bwd_deterministic), false, one_dq_plan},
             });
   return registry;
 }

@@ -25,8 +25,9 @@
 #          d = 128) against SDPA's backward (FA-2, cuDNN); the paper's Fig. 2 shape (B = 64, H = 16,
 #          N = 1024, d = 64, fp16), the backward and the forward + backward
 #   s11    stage 11's backward over the ladder's grid (DTYPES11, default fp16 and bf16; VARIANTS11, default
-#          its last rung, with stage 07's fastest beside) against SDPA's backward (FA-2, cuDNN) in both
-#          layouts, (B, N, H, d) views and contiguous (B, H, N, d)
+#          its fastest rung, with stage 07's fastest beside; D11, default "64 128"; MASK11 both, causal or
+#          full) against SDPA's backward (FA-2, cuDNN) in both layouts, (B, N, H, d) views and
+#          contiguous (B, H, N, d)
 #   ncu    Nsight Compute's kernel duration of ours and the peers at two stage 08 cells
 # A step that would start after DEADLINE seconds (default 500) is skipped and said so, and no command
 # runs past LIMIT seconds (default 570) from the start: the device call's 600 s, with time to pack.
@@ -243,12 +244,15 @@ if has s11 && in_time s11; then
   # line for each (the contiguous one's name ends in _bhnd), and the fastest of the two is the one to quote.
   start_peers s11 --backward --backends flash,cudnn
   start_peers s11_bhnd --backward --backends flash,cudnn --layout bhnd
-  for d in 64 128; do
+  masks=("" "--causal")
+  [ "${MASK11:-both}" = causal ] && masks=("--causal")
+  [ "${MASK11:-both}" = full ] && masks=("")
+  for d in ${D11:-64 128}; do
     beside=07_wide
     [ "$d" = 128 ] && beside=07_split
-    for causal in "" "--causal"; do
+    for causal in "${masks[@]}"; do
       ours s11 11_flash_v3_backward --tokens 16384 --heads $((2048 / d)) --seq "${SEQ11:-$ladder_seq}" --d "$d" $causal \
-        --dtype "$DTYPES11" --check-heads 1 --variants "${VARIANTS11:-bulk_dq},$beside"
+        --dtype "$DTYPES11" --check-heads 1 --variants "${VARIANTS11:-one_dq},$beside"
     done
   done
   stop_peers s11
