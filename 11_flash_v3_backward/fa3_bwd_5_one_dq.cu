@@ -22,14 +22,12 @@
 // half of dQ only in its turn. dQacc's element gets one addition from each key block j, in the
 // order the blocks reach it, so its float sum changes from run to run. Here a counter for each
 // (head, query block, half) holds how many key blocks have added theirs; block j's writer waits
-// until it reads its turn (acquire), adds, waits until the additions are done in global memory
-// (not only the tile read) and bumps it (release). Not causal, block j's turn is j. Causal, the
-// blocks reaching query block i are j = 0 .. i·Br/Bc, and block j reaches it at step i − j·Bc/Br of
-// its walk, the last block soonest: turns run from the last (the first to arrive), and the blocks
-// start from the last (blockIdx.x reversed). Blocks start in blockIdx.x order within a head (the
-// hardware's order; FlashAttention-3 relies on it too), so a block waits only for blocks already
-// running or done. Costs: the wait for the reductions' completion and for the turn; predicted
-// 0.85-0.95x of rung 5 (FlashAttention-3's deterministic backward: about 17% slower).
+// until it reads j (acquire), adds, waits until the additions are done in global memory (not
+// only the tile read) and bumps it (release). Causal or not, the blocks that reach query block i
+// are j = 0, 1, ..., so j is block j's turn. Blocks start in the order of blockIdx.x within a
+// head (the hardware's order; FlashAttention-3 relies on it too), so block j waits only for blocks
+// already running or done. What it costs: the writer's wait for the reductions' completion and
+// its turn; FlashAttention-3's deterministic backward is about 17% slower; predicted 0.85-0.95x.
 #include <string>
 
 #include "fa3_bwd_common.cuh"
@@ -102,10 +100,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   uint64_t* const dq_empty = dq_full + 2;     // dq_empty[c]: the writer's reductions have read the tile
   auto dQs = [&](int cwg) { return reinterpret_cast<float*>(smem + Sm::kDq) + cwg * 64 * 64; };
   const int warp = threadIdx.x / 32, wg = warp / 4, lane = tc::lane_id();
-  // Deterministic and causal: the key blocks in reverse (the last first), since they take their
-  // turns from the last (below).
-  const int j = kDeterministic && p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int h = blockIdx.y, key0 = j * kBc;
+  const int j = blockIdx.x, h = blockIdx.y, key0 = j * kBc;
   // Computed after setmaxnreg in each role (what is live across the producer's setmaxnreg.dec
   // must fit in its 24 registers).
   auto geometry = [&] {
@@ -139,10 +134,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             const int col0 = kRowHalves ? 0 : 64 * c, row0 = (first + k) * Br + (kRowHalves ? 64 * c : 0);
             int* const turn = kDeterministic ? dq_turn + (size_t(h) * Tr + first + k) * 2 + c : nullptr;
             if constexpr (kDeterministic) {
-              // Block j's turn at query block i: j (key blocks 0, 1, ... in order); causal, the
-              // last key block reaching i goes first, the one that reaches it first in its walk.
-              const int my_turn = p.causal ? min(int(gridDim.x) - 1, (first + k) * Br / kBc) - j : j;
-              while (hopper::ld_acquire_gpu(turn) != my_turn) {
+              while (hopper::ld_acquire_gpu(turn) != j) {
               }
               hopper::fence_proxy_async_global();  // the reductions after the read that allowed them
             }
