@@ -147,7 +147,7 @@ TEST_CASE("deterministic: dQ, dK, dV bit for bit the same in repeated runs (and 
           if (run == 0) racing_first = now;
           differ += now != racing_first;
         }
-        MESSAGE(s.text() << " " << course::name(t) << ": one_dq's dQ differed from its first run in " << differ << " of "
+        MESSAGE(s.text() << " " << std::string(course::name(t)) << ": one_dq's dQ differed from its first run in " << differ << " of "
                          << (sanitizer ? 1 : 3) << " runs");
       }
 }

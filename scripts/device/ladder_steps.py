@@ -2,14 +2,19 @@
 """Each rung's gain over the rung before, from a stage program's CSV: the geometric mean over the cells
 (dtype, d, causal, N) with the range, for all cells and by d. Medians of the rounds per cell.
 Usage: ladder_steps.py bench.csv rung1,rung2,...   (a markdown table on stdout)
-       ladder_steps.py bench.csv rung1,rung2,... --against BASE   (each rung's speed over BASE's, cell by cell)"""
+       ladder_steps.py bench.csv rung1,rung2,... --against BASE   (each rung's speed over BASE's, cell by cell)
+       --dtype T (either form) keeps the rows of one dtype."""
 import collections, csv, math, statistics, sys
 
-path, order = sys.argv[1], sys.argv[2].split(",")
-against = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--against" else None
+args = sys.argv[1:]
+options = {args[k]: args[k + 1] for k in range(2, len(args) - 1, 2) if args[k].startswith("--")}
+if len(args) < 2 or set(options) - {"--against", "--dtype"}:
+    sys.exit(__doc__)
+path, order = args[0], args[1].split(",")
+against, only = options.get("--against"), options.get("--dtype")
 ms = collections.defaultdict(list)  # (variant, dtype, d, causal, N) -> ms of each round
 for r in csv.DictReader(open(path)):
-    if not r["ms"]:
+    if not r["ms"] or (only and r["dtype"] != only):
         continue
     f = dict(x.split("=") for x in r["shape"].split() if "=" in x)
     ms[(r["variant"], r["dtype"], int(f["d"]), f["causal"], int(f["N"]))].append(float(r["ms"]))
@@ -23,9 +28,11 @@ def text(g):
 
 
 if against:
+    dtypes = len({c[0] for c in cells}) > 1
+
     def name(c):
         t, d, causal, N = c
-        return f"d = {d}{', causal' if causal == '1' else ''}, N = {N}"
+        return f"{t + ', ' if dtypes else ''}d = {d}{', causal' if causal == '1' else ''}, N = {N}"
     print("| rung | " + " | ".join(name(c) for c in cells) + " |")
     print("|---" * (len(cells) + 1) + "|")
     for v in order:

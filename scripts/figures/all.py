@@ -1,5 +1,6 @@
 """Makes every concept figure in docs/figures/: python3 scripts/figures/all.py"""
 import bwd_dataflow
+import bwd_hopper_ladder
 import climb
 import fa3_pingpong
 import fp8_ladder
@@ -30,3 +31,4 @@ if __name__ == "__main__":
     climb.main()
     fp8_ladder.main()
     bwd_dataflow.main()
+    bwd_hopper_ladder.main()
