@@ -8,54 +8,13 @@
 //   08_race_demo tma_nowait      one case
 //   compute-sanitizer --tool racecheck --racecheck-report all build/bin/08_race_demo tma_nowait
 //
-// The question: compute-sanitizer's racecheck reports 0 hazards on every rung of stage 08. Does that
-// say anything about the rungs' waits on the copy engine (TMA) and on the tensor cores (wgmma)? Only
-// if racecheck sees those units' shared-memory accesses at all. What NVIDIA's documentation says
-// (Compute Sanitizer user guide and release notes, read for this file):
-//  - racecheck finds hazards between threads' shared-memory accesses (WAW, WAR, RAW) that no
-//    barrier orders (__syncthreads, __syncwarp, cuda::barrier / mbarrier);
-//  - "Racecheck support for asynchronous copy": the Ampere copies (cuda::memcpy_async, PTX cp.async)
-//    are tracked, and an access to their target before the wait is reported as a hazard marked
-//    "(invalid memcpy_async synchronization)";
-//  - release 2024.4: "Added racecheck support for the cp.async.bulk PTX instruction from global to
-//    shared memory" (the 1-D bulk copy, no tensor map); 2026.3: "Fixed potential false positives in
-//    racecheck when using mbarrier complete-tx operations";
-//  - the tensor form, cp.async.bulk.tensor (what the rungs use: a tile through a tensor map), is not
-//    named for racecheck in any release up to 2026.3; memcheck learned "TMA load operations" only in
-//    2026.2;
-//  - wgmma: memcheck and synccheck support "warpgroup operations" since 2023.1 (synccheck checks
-//    that the four warps issue the same wgmma's); no release says that racecheck tracks wgmma's
-//    operand reads from shared memory.
-// The GPU machines run CUDA 13.0, whose Compute Sanitizer is 2025.3.1 (the step `race` prints the
-// version): after 2024.4, before 2026.2 and 2026.3.
-//
-// PREDICTIONS, written before the first run; on the H100 with Compute Sanitizer 2025.3.1 every one
-// of them held (chapter 08, Correctness, has the counts):
-//   case          plain run                                    racecheck
-//   smem_race     some reads old: warp 0's 32 at least (warp   ERROR: "Race reported between Write
-//                 1 writes 20 us late), up to 96 (warps 1-3    access ... and Read access ..." at the
-//                 sleep alike); other numbers under the tool   two lines of neighbours()
-//   smem_ok       0 old                                        0 hazards
-//   bulk_nowait   most of the 4096 values not landed yet       ERROR hazards between the bulk copy and
-//                 (fewer, maybe none, under the tool: its      the reads (modelled since 2024.4),
-//                 instrumentation slows the reads)             whatever the timing
-//   bulk_wait     0 not landed                                 0 hazards (a false positive possible
-//                                                              before 2026.3: complete-tx)
-//   tma_nowait    most of the 4096 values not landed yet       0 hazards: the tensor copy's writes
-//                                                              are not modelled (a false negative)
-//   tma_wait      0 not landed                                 0 hazards
-//   wgmma_early   any number of the 4096 products from the     0 hazards: wgmma's operand reads are
-//                 new B (the tensor cores may have read it     not modelled (a false negative)
-//                 already, or not)
-//   wgmma_ok      0 from the new B                             0 hazards
-// memcheck and synccheck: 0 errors in every case (nothing is out of bounds; every barrier, and every
-// wgmma, is reached by all the threads that must reach it). "Wrong" values (neither the old nor the
-// new one): 0 everywhere.
-// What the lesson would then be: racecheck's 0 on the rungs covers the threads' own shared-memory
-// traffic (the epilogue's staging, the mbarrier protocol as far as it is modelled) and nothing of
-// what the copy engine writes or the tensor cores read; those waits are checked by the tests (every
-// output poisoned, every rung against float64) and argued (the phases in fa3_common.cuh and in each
-// rung's header), not by the tool.
+// The question: racecheck reports 0 hazards on every rung of stage 08; does that cover the rungs'
+// waits on the copy engine (TMA) and the tensor cores (wgmma)? Only if racecheck sees those units'
+// shared-memory accesses. The cases: a plain race and its fix (smem_race, smem_ok), a 1-D bulk copy
+// read too early and in time (bulk_nowait, bulk_wait), the same for a TMA tensor copy (tma_nowait,
+// tma_wait), B overwritten before wgmma's wait and after it (wgmma_early, wgmma_ok). Chapter 08's
+// Correctness has what each showed (racecheck catches the 1-D copy, not the tensor copy nor wgmma);
+// the documentation read for it and the predictions are in the H100's lab record.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
