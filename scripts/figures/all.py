@@ -1,6 +1,7 @@
 """Makes every concept figure in docs/figures/: python3 scripts/figures/all.py"""
 import bwd_dataflow
 import bwd_hopper_ladder
+import causal_blocks
 import climb
 import fa3_pingpong
 import fp8_ladder
@@ -32,3 +33,4 @@ if __name__ == "__main__":
     fp8_ladder.main()
     bwd_dataflow.main()
     bwd_hopper_ladder.main()
+    causal_blocks.main()
