@@ -2,6 +2,7 @@
 import bwd_dataflow
 import bwd_hopper_ladder
 import causal_blocks
+import wgmma_accumulator
 import climb
 import fa3_pingpong
 import fp8_ladder
@@ -34,3 +35,4 @@ if __name__ == "__main__":
     bwd_dataflow.main()
     bwd_hopper_ladder.main()
     causal_blocks.main()
+    wgmma_accumulator.main()
