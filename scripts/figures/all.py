@@ -2,6 +2,7 @@
 import bwd_dataflow
 import bwd_hopper_ladder
 import causal_blocks
+import tma_box
 import wgmma_accumulator
 import climb
 import fa3_pingpong
@@ -36,3 +37,4 @@ if __name__ == "__main__":
     bwd_hopper_ladder.main()
     causal_blocks.main()
     wgmma_accumulator.main()
+    tma_box.main()
