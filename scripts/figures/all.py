@@ -2,6 +2,9 @@
 import bwd_dataflow
 import bwd_hopper_ladder
 import causal_blocks
+import exp_from_bits
+import fp8_key_order
+import hadamard_butterflies
 import tma_box
 import wgmma_accumulator
 import climb
@@ -38,3 +41,6 @@ if __name__ == "__main__":
     causal_blocks.main()
     wgmma_accumulator.main()
     tma_box.main()
+    hadamard_butterflies.main()
+    fp8_key_order.main()
+    exp_from_bits.main()
