@@ -4,8 +4,10 @@ Scaling = single / (G x ring): `single` is stage 08's last rung on the whole seq
 `ring` the time of the ring on G = 2 GPUs (the rows of 10_ring_attention, median of the timed
 reps). 100% would be two GPUs twice as fast as one. Two runs: scaling_8k_32k.csv (N = 8192,
 16384, 32768; NCCL only) and scaling_16k_64k_peer.csv (N = 16384 and 65536; NCCL and the copy
-engines' peer copies); N = 16384 is in both, so each line is drawn per run. The *_compute rows
-(the same ring with nothing sent) are the ceiling the transfers are measured against.
+engines' peer copies). One line a variant, through run 1's points and run 2's, the marker saying
+which run; N = 16384 is in both, and the line goes through run 2's (the run of the 64k point), run
+1's left as a marker beside it. The *_compute rows (the same ring with nothing sent) are the
+ceiling the transfers are measured against.
 """
 import csv
 import os
@@ -36,23 +38,31 @@ def read(name):
 
 def main():
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    runs = [(read(name), marker) for name, marker, _ in RUNS]
     for causal, ax in enumerate(axes):
-        for name, marker, _ in RUNS:
-            data = read(name)
-            Ns = sorted(N for N, c in data if c == causal)
-            for variant, colour, style, _ in LINES:
-                pts = [(N, 100 * data[(N, causal)]["single"] / (G * data[(N, causal)][variant]))
-                       for N in Ns if variant in data[(N, causal)]]
-                if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=style, color=colour,
-                            marker=marker, markersize=6, linewidth=1.6,
-                            markerfacecolor="white" if style == "--" else colour)
+        for variant, colour, style, _ in LINES:
+            line = {}  # N -> (scaling, marker); a later run's point replaces an earlier one's
+            for data, marker in runs:
+                for (N, c), row in sorted(data.items()):
+                    if c == causal and variant in row:
+                        point = (100 * row["single"] / (G * row[variant]), marker)
+                        if N in line:  # the earlier run's point, as a marker alone
+                            ax.plot([N], [line[N][0]], linestyle="none", color=colour, marker=line[N][1],
+                                    markersize=6, markerfacecolor="white" if style == "--" else colour)
+                        line[N] = point
+            Ns = sorted(line)
+            if not Ns:
+                continue
+            ax.plot(Ns, [line[N][0] for N in Ns], linestyle=style, color=colour, linewidth=1.6)
+            for N in Ns:
+                ax.plot([N], [line[N][0]], linestyle="none", color=colour, marker=line[N][1], markersize=6,
+                        markerfacecolor="white" if style == "--" else colour)
         ax.axhline(100, color=GREY, linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_xticks([8192, 16384, 32768, 65536])
         ax.set_xticklabels(["8k", "16k", "32k", "64k"])
         ax.set_xlabel("N, the whole sequence (B = 1, H = 16, d = 128, fp16)")
-        ax.set_ylim(40, 102)
+        ax.set_ylim(20, 102)
         ax.grid(True, axis="y", color="#DDDDDD")
         ax.set_title("causal" if causal else "not causal", loc="left")
     axes[0].set_ylabel("scaling: single / (2 × ring), %")
@@ -60,10 +70,11 @@ def main():
     labels = [label for *_, label in LINES]
     handles += [plt.Line2D([], [], color="black", marker=m, linestyle="none") for _, m, _ in RUNS]
     labels += [label for *_, label in RUNS]
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9.5, frameon=False)
+    for ax in axes:  # a legend in each panel
+        ax.legend(handles, labels, loc="lower right", ncol=2, fontsize=8, frameon=True, framealpha=0.9)
     fig.suptitle("Ring attention on two H200s (NVLink, NV18): the ring's speed against stage 08 on "
                  "one GPU", x=0.01, ha="left", fontsize=12)
-    fig.subplots_adjust(left=0.07, right=0.99, top=0.87, bottom=0.25, wspace=0.05)
+    fig.subplots_adjust(left=0.07, right=0.99, top=0.87, bottom=0.14, wspace=0.05)
     save(fig, "ring_scaling.png")
 
 
