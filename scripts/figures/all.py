@@ -4,6 +4,7 @@ import bwd_hopper_ladder
 import causal_blocks
 import exp_from_bits
 import fp8_key_order
+import fp8_wide_smem
 import hadamard_butterflies
 import tma_box
 import wgmma_accumulator
@@ -43,4 +44,5 @@ if __name__ == "__main__":
     tma_box.main()
     hadamard_butterflies.main()
     fp8_key_order.main()
+    fp8_wide_smem.main()
     exp_from_bits.main()
