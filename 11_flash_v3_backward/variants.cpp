@@ -13,6 +13,8 @@ using course::Dtype;
 // dQ's share added by each warpgroup apart (two a pair).
 constexpr Tiles kWgmmaTiles{64, 128};
 // Rungs 5 and 6: one share of dQ a key block, with query blocks of 128 at d = 64 (one_dq_query_rows).
+// Rung 6 moves the same bytes as rung 5, so its plan is rung 5's: BackwardPlan::deterministic names
+// stage 07's other form (a query-outer dQ pass of its own), not an order of the same reductions.
 BackwardPlan one_dq_plan(const Shape& s) { return {{one_dq_query_rows(s.d), 128}, false, {0, 0}, 1}; }
 
 #if COURSE_HAS_HOPPER
