@@ -19,15 +19,21 @@
 // the consumers' staging time; FlashAttention-3 computes dQ so; predicted 1.05-1.10x over rung 4.
 //
 // Rung 6, deterministic (kDeterministic): the same kernel, with the writer adding a query block's
-// half of dQ only in its turn. dQacc's element gets one addition from each key block j, in the
-// order the blocks reach it, so its float sum changes from run to run. Here a counter for each
-// (head, query block, half) holds how many key blocks have added theirs; block j's writer waits
-// until it reads j (acquire), adds, waits until the additions are done in global memory (not
-// only the tile read) and bumps it (release). Causal or not, the blocks that reach query block i
-// are j = 0, 1, ..., so j is block j's turn. Blocks start in the order of blockIdx.x within a
-// head (the hardware's order; FlashAttention-3 relies on it too), so block j waits only for blocks
-// already running or done. What it costs: the writer's wait for the reductions' completion and
-// its turn; FlashAttention-3's deterministic backward is about 17% slower; predicted 0.85-0.95x.
+// dQ only in its turn. dQacc's element gets one addition from each key block j, in the order the
+// blocks reach it, so its float sum changes from run to run. Here a counter for each (head, query
+// block) holds how many key blocks have added theirs; block j's writer waits until it reads j
+// (acquire), adds both halves, waits until the additions are done in global memory and bumps it
+// (release). Two changes of order make the wait short:
+//  - every block walks its query blocks from the last, so causal or not, all the blocks of a head
+//    reach query block i at the same step (from the first, key block j reaches it 2j steps early at
+//    d = 128 and waits for block 0: every causal block then lasts as long as block 0);
+//  - the blocks start in groups of G key blocks of each head (grouped_key_block), so that only G
+//    of a head run together and wait in line for one another, G − 1 turns once a walk.
+// Block b starts after blocks 0 .. b − 1 (the hardware's order; FlashAttention-3 relies on it too)
+// and waits only for key blocks j' < j of its head, which have lower b: no block waits for one
+// that has not started. Costs: the writer's wait for the reductions' completion and the turns;
+// FlashAttention-3's deterministic backward is about 17% slower; predicted 0.85-0.95x of rung 5.
+#include <algorithm>
 #include <string>
 
 #include "fa3_bwd_common.cuh"
@@ -76,7 +82,8 @@ template <class T, int D, bool kDeterministic>
 __global__ void __launch_bounds__(kWsThreads, 1)
     flash_v3_bwd_one_dq(const __grid_constant__ CUtensorMap mapQ, const __grid_constant__ CUtensorMap mapK,
                         const __grid_constant__ CUtensorMap mapV, const __grid_constant__ CUtensorMap mapdO,
-                        const __grid_constant__ CUtensorMap mapdQ, int* __restrict__ dq_turn, tc::Params p,
+                        const __grid_constant__ CUtensorMap mapdQ, int* __restrict__ dq_turn, int key_group,
+                        tc::Params p,
                         const float* __restrict__ L,
                         const float* __restrict__ Dv, float* __restrict__ dQacc, uint16_t* __restrict__ dK,
                         uint16_t* __restrict__ dV) {
@@ -100,12 +107,18 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   uint64_t* const dq_empty = dq_full + 2;     // dq_empty[c]: the writer's reductions have read the tile
   auto dQs = [&](int cwg) { return reinterpret_cast<float*>(smem + Sm::kDq) + cwg * 64 * 64; };
   const int warp = threadIdx.x / 32, wg = warp / 4, lane = tc::lane_id();
-  const int j = blockIdx.x, h = blockIdx.y, key0 = j * kBc;
+  // Rung 6: the blocks in groups of key_group key blocks a head (grouped_key_block), rung 5 head by head.
+  const int2 jh = kDeterministic ? grouped_key_block(blockIdx.x + gridDim.x * blockIdx.y, gridDim.x, gridDim.y, key_group)
+                                 : make_int2(blockIdx.x, blockIdx.y);
+  const int j = jh.x, h = jh.y, key0 = j * kBc;
   // Computed after setmaxnreg in each role (what is live across the producer's setmaxnreg.dec
   // must fit in its 24 registers).
   auto geometry = [&] {
     return make_int2(first_query_block(Br, kBc, p.causal, j), (p.N + Br - 1) / Br);  // first, Tr
   };
+  // Step k's query block: from the first the block reaches; rung 6 walks from the last, so that
+  // causal or not, every key block of a head reaches query block i at the same step.
+  auto query_block = [](int k, int first, int Tr) { return kDeterministic ? Tr - 1 - k : first + k; };
   if (threadIdx.x == 0) {
     hopper::mbarrier_init(bar_kv, 1);
     for (int s = 0; s < kStages; ++s) {
@@ -124,34 +137,52 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     hopper::setmaxnreg_dec<24>();
     const int first = geometry().x, Tr = geometry().y;
     if (warp == 1) {
-      // Step k's two halves of dQ (query block first + k), each in its staging tile: lane 0 adds the
-      // tile's two boxes into dQacc by TMA reductions (rows past N are not added), waits until the
-      // engine has read them, and gives the tile back. All writes done before exit.
+      // Step k's two halves of dQ (query block i), each in its staging tile: lane 0 adds the tile's
+      // two boxes into dQacc by TMA reductions (rows past N are not added), waits until the engine
+      // has read them, and gives the tile back. All writes done before exit.
+      auto add_half = [&](int c, int i) {
+        const int col0 = kRowHalves ? 0 : 64 * c, row0 = i * Br + (kRowHalves ? 64 * c : 0);
+        hopper::tma_reduce_add_3d(&mapdQ, dQs(c), col0, row0, h);
+        hopper::tma_reduce_add_3d(&mapdQ, dQs(c) + 64 * 32, col0 + 32, row0, h);
+      };
       for (int k = 0; first + k < Tr; ++k) {
-        for (int c = 0; c < 2; ++c) {
-          hopper::mbarrier_wait(&dq_full[c], k & 1);
+        const int i = query_block(k, first, Tr);
+        if constexpr (kDeterministic) {
+          // Both halves in key block j's turn at query block i: wait until the counter reads j (before
+          // the halves are staged, so the wait overlaps the consumers' step), add, give the tiles back
+          // once read, wait until the additions are done in dQacc, bump the counter.
+          int* const turn = dq_turn + size_t(h) * Tr + i;
           if (lane == 0) {
-            const int col0 = kRowHalves ? 0 : 64 * c, row0 = (first + k) * Br + (kRowHalves ? 64 * c : 0);
-            int* const turn = kDeterministic ? dq_turn + (size_t(h) * Tr + first + k) * 2 + c : nullptr;
-            if constexpr (kDeterministic) {
-              while (hopper::ld_acquire_gpu(turn) != j) {
-              }
-              hopper::fence_proxy_async_global();  // the reductions after the read that allowed them
+            while (hopper::ld_acquire_gpu(turn) != j) {
             }
-            hopper::tma_reduce_add_3d(&mapdQ, dQs(c), col0, row0, h);
-            hopper::tma_reduce_add_3d(&mapdQ, dQs(c) + 64 * 32, col0 + 32, row0, h);
-            hopper::bulk_commit();
-            if constexpr (kDeterministic) {
-              hopper::bulk_wait<0>();  // the additions done in dQacc
-              hopper::fence_proxy_async_global();
-              hopper::red_release_gpu_add(turn, 1);  // key block j + 1's turn
-            } else {
-              hopper::bulk_wait_read<0>();
-            }
-            hopper::mbarrier_arrive(&dq_empty[c]);
+            hopper::fence_proxy_async_global();  // the reductions after the read that allowed them
           }
           __syncwarp();
+          hopper::mbarrier_wait(&dq_full[0], k & 1);
+          hopper::mbarrier_wait(&dq_full[1], k & 1);
+          if (lane == 0) {
+            add_half(0, i);
+            add_half(1, i);
+            hopper::bulk_commit();
+            hopper::bulk_wait_read<0>();
+            hopper::mbarrier_arrive(&dq_empty[0]);
+            hopper::mbarrier_arrive(&dq_empty[1]);
+            hopper::bulk_wait<0>();
+            hopper::fence_proxy_async_global();
+            hopper::red_release_gpu_add(turn, 1);  // key block j + 1's turn
+          }
+        } else {
+          for (int c = 0; c < 2; ++c) {
+            hopper::mbarrier_wait(&dq_full[c], k & 1);
+            if (lane == 0) {
+              add_half(c, i);
+              hopper::bulk_commit();
+              hopper::bulk_wait_read<0>();
+              hopper::mbarrier_arrive(&dq_empty[c]);
+            }
+          }
         }
+        __syncwarp();
       }
       hopper::bulk_wait<0>();
       return;
@@ -167,7 +198,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
     // Rung 4's ring: step k into slot k % kStages once its use k − kStages is given back.
     for (int k = 0; first + k < Tr; ++k) {
-      const int slot = k % kStages, row0 = (first + k) * Br;
+      const int slot = k % kStages, row0 = query_block(k, first, Tr) * Br;
       if (k >= kStages) hopper::mbarrier_wait(&empty[slot], (k / kStages - 1) & 1);
       if (lane == 0) {
         hopper::mbarrier_arrive_expect_tx(&full[slot], 2 * Br * D * 2);
@@ -203,8 +234,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   hopper::mbarrier_wait(bar_kv, 0);
 
   float dk[1][DT][4] = {}, dv[1][DT][4] = {};
-  for (int i = first; i < Tr; ++i) {
-    const int k = i - first, slot = k % kStages, row0 = i * Br;
+  for (int k = 0; first + k < Tr; ++k) {
+    const int slot = k % kStages, row0 = query_block(k, first, Tr) * Br;
     uint16_t* const ds = dSt(k % 2);
     hopper::mbarrier_wait(&full[slot], (k / kStages) & 1);
 
@@ -271,7 +302,7 @@ namespace attention {
 
 namespace {
 
-// The deterministic rung's counters, heads × ⌈N/Br⌉ × 2 ints, zeroed before each launch (stream 0,
+// The deterministic rung's counters, heads × ⌈N/Br⌉ ints, zeroed before each launch (stream 0,
 // as the launch); one buffer a GPU for the process, grown when a problem needs more.
 int* dq_turns(std::size_t count) {
   static int* turns[64] = {};
@@ -297,10 +328,14 @@ void launch_one_dq(const char* name, const Shape& s, course::Dtype t, const Back
     using Sm = fa3_bwd::Smem<C::D>;
     static_assert(Sm::kBytes <= 227 * 1024, "rung 5's shared memory: at most 227 KB a block");
     const auto m = fa3_bwd::tensor_maps(s, t, C::D, a, Sm::Br);
-    int* const turns = kDeterministic ? dq_turns(std::size_t(s.heads()) * ((s.N + Sm::Br - 1) / Sm::Br) * 2) : nullptr;
+    int* const turns = kDeterministic ? dq_turns(std::size_t(s.heads()) * ((s.N + Sm::Br - 1) / Sm::Br)) : nullptr;
+    // Rung 6's groups: G key blocks of a head run together and take their turns in line, (G − 1)
+    // turns' wait once a walk of Tr steps; fewer share the head's Q and dO in the L2. G = Tr / 4
+    // within [2, 8]: of G = 2, 4, 8 and all, the fastest or within 3% in the 12 cells measured (H200).
+    const int Tr = (s.N + Sm::Br - 1) / Sm::Br, group = std::clamp(Tr / 4, 2, 8);
     fa3_bwd::launch_per_key_block(fa3_bwd::flash_v3_bwd_one_dq<typename C::T, C::D, kDeterministic>, Sm::kBytes,
                                   fa3_bwd::kWsThreads, s, C::D, a, m.Q, m.K, m.V, m.dO,
-                                  fa3_bwd::dq_tensor_map(s, C::D, a, 64), turns);
+                                  fa3_bwd::dq_tensor_map(s, C::D, a, 64), turns, group);
   });
 }
 

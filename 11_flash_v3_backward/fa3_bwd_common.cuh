@@ -37,6 +37,18 @@ __device__ void issue_dq(float (&dq)[D / 8][4], const uint16_t* dSt, const uint1
                                  s > 0);
 }
 
+// Block b's key block and head (x, y) when the blocks, which start in the order of b, take the key
+// blocks of every head in groups of G: G key blocks of head 0, of head 1, ..., then the next G of
+// head 0, ...; a last group of Tc mod G. G = Tc is the plain order (head by head); a block's
+// predecessors within its head keep lower b either way.
+__device__ inline int2 grouped_key_block(int b, int Tc, int heads, int G) {
+  const int whole = Tc / G * G;  // the key blocks in whole groups
+  if (b < whole * heads) return make_int2(b / (G * heads) * G + b % G, b / G % heads);
+  b -= whole * heads;
+  const int rest = Tc - whole;
+  return make_int2(whole + b % rest, b / rest);
+}
+
 // --- the launch (host) -------------------------------------------------------------------------------
 // The TMA rungs' tensor maps: Q and dO in boxes of Br rows, K and V of Bc rows (128-byte swizzle,
 // 64 columns a box); dQacc's, for the rungs that add dQ by the copy engine, in boxes of 32 floats ×
