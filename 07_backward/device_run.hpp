@@ -109,13 +109,13 @@ struct BackwardDeviceRun {
   void use_unrounded_o() {
     if (!fp32() && !standard) O32 = output<float>(n);
   }
-  // O and L: stage 06's forward (flash_v2 in fp32, tuned on the tensor cores); standard
-  // attention: O and P, by its own forward.
-  void forward(const Shape& s) {
+  // O and L: `with` (stage 11: stage 08's forward) when given, else stage 06's (flash_v2 in fp32,
+  // tuned on the tensor cores); standard attention: O and P, by its own forward.
+  void forward(const Shape& s, const ForwardVariant* with = nullptr) {
     if (standard) return launch_standard_forward(s, t, args(), fp32() ? static_cast<void*>(Of.get()) : Oh.get());
     if (O32.size()) return launch_tc_tuned_unrounded(s, t, Qh.get(), Kh.get(), Vh.get(), Oh.get(), L.get(), O32.get());
     const std::string name = fp32() ? "flash_v2" : "tuned";  // named: no reference to a temporary
-    const ForwardVariant& v = v2_registry().find(name);
+    const ForwardVariant& v = with && with->launch ? *with : v2_registry().find(name);
     v.launch(s, t, args().Q, args().K, args().V, fp32() ? static_cast<void*>(Of.get()) : Oh.get(), L.get());
   }
   BackwardArgs args() {

@@ -1,6 +1,6 @@
 // The backward stages' program (07_backward; 11_flash_v3_backward runs it with its own registry):
 // for every run the model of its bytes, the CPU count, a check of dQ, dK and dV against float64, the
-// median time of the backward pass (its forward, stage 06's, runs once before, untimed), the
+// median time of the backward pass (its forward, stage 06's or the program's, runs once before, untimed), the
 // hardware counters and the peak device memory. Standard attention (cuBLAS, P kept from its own
 // forward) is stage 07's baseline. --with-forward times the forward and the backward pass together
 // (the paper's Fig. 2). docs/07_backward.md explains.
@@ -99,6 +99,11 @@ std::map<std::string, Counted> count_on_cpu(const Shape& s, Dtype t, const std::
   return counted;
 }
 
+// The forward of FlashAttention's variants: the program's, or stage 06's fastest for the dtype.
+const ForwardVariant& forward_of(const BackwardProgram& program, Dtype t) {
+  return program.forward ? *program.forward : v2_registry().find(t == Dtype::fp32 ? "flash_v2" : "tuned");
+}
+
 }  // namespace
 
 namespace attention {
@@ -140,7 +145,9 @@ int run_backward_program(const BackwardProgram& program, int argc, char** argv) 
                  "float32, for scripts/peers/check_backward.py (one N and one dtype)");
   app.add_flag("--with-forward", with_forward,
                "Time the forward pass and the backward pass together (variants named <name>_fwdbwd): "
-               "FlashAttention's with stage 06's forward, standard attention with its own");
+               "FlashAttention's with " +
+                   (program.forward ? "the forward '" + program.forward->name + "'" : std::string("stage 06's fastest forward")) +
+                   ", standard attention with its own");
   if (const int code = course::parse_options(app, argc, argv); code >= 0) return code;
 
   return course::run_program(program.stage.c_str(), [&]() -> int {
@@ -206,9 +213,10 @@ int run_backward_program(const BackwardProgram& program, int argc, char** argv) 
           row.size = N;
           row.flops = backward_flops(s) + (with_forward ? s.flops() : 0.0);
           double model = v->standard ? standard_backward_model_bytes(s, t) : flash_backward_model_bytes(s, t, plan);
-          if (with_forward)
-            model += v->standard ? standard_forward_model_bytes(s, t)
-                                 : flash_v2_model_bytes(s, t, v2_registry().find(t == Dtype::fp32 ? "flash_v2" : "tuned").tiles(s));
+          if (with_forward) {
+            const ForwardVariant& f = forward_of(program, t);
+            model += v->standard ? standard_forward_model_bytes(s, t) : flash_v2_model_bytes(s, t, f.tiles(s));
+          }
           row.io_model_bytes = model;
           if (const auto c = counted.find(count_key(*v, s)); c != counted.end())
             bench.record_counted(row, c->second.first, c->second.second);
@@ -228,10 +236,10 @@ int run_backward_program(const BackwardProgram& program, int argc, char** argv) 
             course::reset_device_peak();
             BackwardDeviceRun dev(s, t, in, *v);
             if (unrounded_o) dev.use_unrounded_o();
-            dev.forward(s);
+            dev.forward(s, program.forward);
             dev.poison();
             bench.measure_gpu(row, [&] {
-              if (with_forward) dev.forward(s);
+              if (with_forward) dev.forward(s, program.forward);
               v->launch(s, t, dev.args());
             }, [&] {
               if (!dump_dir.empty()) {

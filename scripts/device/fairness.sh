@@ -28,6 +28,8 @@
 #          its fastest rung, with stage 07's fastest beside; D11, default "64 128"; MASK11 both, causal or
 #          full) against SDPA's backward (FA-2, cuDNN) in both layouts, (B, N, H, d) views and
 #          contiguous (B, H, N, d)
+#   s11fb  stage 11's forward + backward (stage 08's tuned forward, then VARIANTS11FB, default one_dq) over
+#          the same grid (DTYPES11, D11, MASK11) against SDPA's forward + backward (FA-2, cuDNN), both layouts
 #   ncu    Nsight Compute's kernel duration of ours and the peers at two stage 08 cells
 # A step that would start after DEADLINE seconds (default 500) is skipped and said so, and no command
 # runs past LIMIT seconds (default 570) from the start: the device call's 600 s, with time to pack.
@@ -257,6 +259,25 @@ if has s11 && in_time s11; then
   done
   stop_peers s11
   note "stage 11: $(rows 11_flash_v3_backward) rows in $((SECONDS - t0)) s"
+  pack
+fi
+
+if has s11fb && in_time s11fb; then
+  echo "=== stage 11, forward + backward on Hopper ($(date +%T))"
+  t0=$SECONDS
+  start_peers s11fb --fwd-bwd --backends flash,cudnn
+  start_peers s11fb_bhnd --fwd-bwd --backends flash,cudnn --layout bhnd
+  masks=("" "--causal")
+  [ "${MASK11:-both}" = causal ] && masks=("--causal")
+  [ "${MASK11:-both}" = full ] && masks=("")
+  for d in ${D11:-64 128}; do
+    for causal in "${masks[@]}"; do
+      ours s11fb 11_flash_v3_backward --tokens 16384 --heads $((2048 / d)) --seq "${SEQ11:-$ladder_seq}" --d "$d" $causal \
+        --dtype "$DTYPES11" --check-heads 1 --variants "${VARIANTS11FB:-one_dq}" --with-forward
+    done
+  done
+  stop_peers s11fb
+  note "stage 11, forward + backward: $(grep -c '_fwdbwd' "$csv") rows in $((SECONDS - t0)) s"
   pack
 fi
 
