@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ours against the peers, cell by cell, round k against round k, with the spread and the kernel time.
 
-    python3 scripts/fairness.py bench.csv [more.csv ...] [--markdown | --compact | --brief] [--stage 08]
+    python3 scripts/fairness.py bench.csv [more.csv ...] [--markdown | --compact | --brief | --grid OURS PEER] [--stage 08]
 
 For every problem (a cell: stage, dtype, shape without our block sizes) that has rows of ours and
 of a peer (pytorch_*, triton_*) timed on a GPU: each side's TFLOP/s as the median of its rounds with
@@ -29,7 +29,7 @@ def is_peer(variant):
 
 def mode(variant):
     """Rows that time the same thing: forward + backward apart from the rest."""
-    return "fwdbwd" if variant.endswith("_fwdbwd") else ""
+    return "fwdbwd" if variant.endswith("_fwdbwd") or variant.endswith("_fwdbwd_bhnd") else ""
 
 
 def number(text):
@@ -171,6 +171,33 @@ def brief_lines(comparisons):
     return "\n".join(lines)
 
 
+def grid_table(comparisons, ours, peer):
+    """A Markdown grid for one variant of ours against one peer in its faster layout (PEER or PEER_bhnd,
+    by the peer's median TFLOP/s in the cell): a row a (d, causal, N), two columns a dtype (kernel level;
+    events, median of the rounds [min-max])."""
+    best = OrderedDict()  # (dtype, d, causal, N) -> the comparison with the peer's faster layout
+    for c in comparisons:
+        if c["ours"] != ours or c["peer"] not in (peer, peer + "_bhnd"):
+            continue
+        f = fields(c["shape"])
+        key = (c["dtype"], int(f["d"]), f["causal"], int(f["N"]))
+        if key not in best or (c["peer_tflops"] or (0,))[0] > (best[key]["peer_tflops"] or (0,))[0]:
+            best[key] = c
+    dtypes = sorted({k[0] for k in best}, key=lambda t: (t != "fp16", t))
+    rows = sorted({k[1:] for k in best})
+    head = ["cell"] + [f"{t}: {w}" for t in dtypes for w in ("kernel level", "events")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for d, causal, N in rows:
+        cell = f"d = {d}{', causal' if causal == '1' else ''}, N = {N}"
+        out = []
+        for t in dtypes:
+            c = best.get((t, d, causal, N))
+            out += [f"{c['kernel_ratio']:.2f}×" if c and c["kernel_ratio"] else "n/a",
+                    f"{c['ratio'][0]:.2f}× ({c['ratio'][1]:.2f}–{c['ratio'][2]:.2f})" if c and c["ratio"] else "n/a"]
+        lines.append("| " + " | ".join([cell] + out) + " |")
+    return "\n".join(lines)
+
+
 EXPLAIN = ("TFLOP/s: median of the rounds [min-max]; ours / peer: the speed ratio (the peer's time over ours) "
            "of round k against round k, median [min-max]; at kernel level: the same from the kernel times of "
            "the first round (the GPU's own time of a call's work, without the host); events over kernels: how "
@@ -193,13 +220,20 @@ def main():
     form.add_argument("--markdown", action="store_true", help="a Markdown table instead of text")
     form.add_argument("--compact", action="store_true", help="a short line a cell and peer")
     form.add_argument("--brief", action="store_true", help="a line a stage, variant and peer, over its cells")
+    form.add_argument("--grid", nargs=2, metavar=("OURS", "PEER"),
+                      help="a Markdown grid of one variant of ours against one peer, in the peer's faster layout")
     p.add_argument("--stage", default="", help="only the stages whose name starts with this")
     args = p.parse_args()
     comparisons = [c for c in compare(read(args.csv)) if c["stage"].startswith(args.stage)]
     if not comparisons:
         print("fairness.py: no cell with rows of ours and of a peer timed on a GPU")
         return 0
-    if args.brief:
+    if args.grid:
+        print(grid_table(comparisons, *args.grid))
+        print()
+        print(f"({args.grid[0]} against {args.grid[1]} in its faster layout, cell by cell: the peer's time over ours "
+              "at kernel level, first round; by events, round k against round k, median (min–max))")
+    elif args.brief:
         print(brief_lines(comparisons))
     elif args.compact:
         print(compact_lines(comparisons))

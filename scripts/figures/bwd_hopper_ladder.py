@@ -1,5 +1,5 @@
 """Stage 11's ladder in one figure (docs/figures/bwd_hopper_ladder.png), from the committed H200 run
-(docs/results/h200/stage11/run_2026-12-03c/a/bench.csv, fp16): TFLOP/s of stage 07's fastest and of
+(docs/results/h200/stage11/run_2026-12-03e/a/bench.csv, fp16): TFLOP/s of stage 07's fastest and of
 each rung as bars, cuDNN's backward as a black line over each group; a panel for each d."""
 import csv
 import os
@@ -7,7 +7,7 @@ import statistics
 
 from common import BLUE, EIGHT, GREY, ROOT, plt, save
 
-CSV = os.path.join(ROOT, "docs", "results", "h200", "stage11", "run_2026-12-03c", "a", "bench.csv")
+CSV = os.path.join(ROOT, "docs", "results", "h200", "stage11", "run_2026-12-03e", "a", "bench.csv")
 RUNGS = ["07", "wgmma", "tma", "warp_specialized", "bulk_dq", "one_dq", "deterministic"]
 LABELS = {"07": "stage 07's fastest", "wgmma": "1 wgmma", "tma": "2 tma", "warp_specialized": "3 warp_specialized",
           "bulk_dq": "4 bulk_dq", "one_dq": "5 one_dq", "deterministic": "6 deterministic"}
