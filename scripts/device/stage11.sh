@@ -7,7 +7,8 @@
 #             fp16) beside stage 07's fastest, then SDPA's backward (flash, cuDNN) in the same call;
 #             ROUNDS rounds, each ours then the peers
 #   ncu       Nsight Compute on one launch of each rung in NCU_VARIANTS (default every rung) at each d in
-#             NCU_D (default 128), N = 4096, fp16: duration, stalls, L2 throughput and reductions
+#             NCU_D (default 128), N = 4096, fp16: duration, stalls, L2 throughput and reductions;
+#             NCU_STALLS=1 adds each stall reason's warps a issued instruction (WarpStateStats' breakdown)
 # CSVs land in $OUT, the logs in $OUT/logs.tgz; a table of each rung's and peer's TFLOP/s and × cuDNN is printed last.
 # Usage there: OUT=/dir STEPS=test,bench scripts/device/stage11.sh   (Eigen/doctest/CLI11 in .deps/)
 set -uo pipefail
@@ -70,16 +71,18 @@ if has bench; then
 fi
 if has ncu; then
   echo "=== ncu ($(date +%T))"
+  stalls=""
+  [ "${NCU_STALLS:-0}" = 1 ] && stalls=',regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
   for d in ${NCU_D:-128}; do
-  for v in ${NCU_VARIANTS:-wgmma tma warp_specialized bulk_dq one_dq}; do
+  for v in ${NCU_VARIANTS:-wgmma tma warp_specialized bulk_dq one_dq deterministic}; do
     timeout 150 ncu --clock-control none -k regex:flash_v3_bwd -c 1 \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
       --section MemoryWorkloadAnalysis \
-      --metrics sm__inst_executed.sum,lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__t_requests_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed_op_global_red.sum \
+      --metrics sm__inst_executed.sum,lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__t_requests_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed_op_global_red.sum${stalls} \
       build/bin/11_flash_v3_backward --batch 4 --heads $((2048 / d)) --seq 4096 --d "$d" --dtype fp16 --variants "$v" \
       --reps 1 --warmup 0 --check-heads 1 --no-counters --count-limit 0 >"$OUT/ncu_${v}_$d.log" 2>&1
     note "ncu $v d=$d: rc=$?"
-    grep -E "Duration|Compute (SM) Throughput|inst_executed|lts__t_|dram__bytes|Issue Slots Busy|No Eligible|Registers Per|Warp Cycles Per Issued|L2 Cache Throughput|DRAM Throughput" "$OUT/ncu_${v}_$d.log" \
+    grep -E "Duration|Compute (SM) Throughput|inst_executed|lts__t_|dram__bytes|Issue Slots Busy|No Eligible|Registers Per|Warp Cycles Per Issued|L2 Cache Throughput|DRAM Throughput|issue_stalled" "$OUT/ncu_${v}_$d.log" \
       | sed 's/^ */    /' | cut -c1-150 | tee -a "$OUT/ncu_table.txt"
   done
   done
