@@ -6,6 +6,9 @@
 #   bench     the ladder over FA-2's benchmark grid (B·N = 16384, H = 2048 / d, N = SEQ; DTYPES, default
 #             fp16) beside stage 07's fastest, then SDPA's backward (flash, cuDNN) in the same call;
 #             ROUNDS rounds, each ours then the peers
+#   io        the program's own IO three ways (model, CPU count, the counters: SM↔L2 and DRAM, and the
+#             L2's reduction sectors, dQ's sums) for every rung, B = 1, H = 2, N = 1000, d = 64 and 128,
+#             fp16: io.csv, io_metrics.txt (the program's stdout) and io_table.txt (scripts/io_table.py)
 #   ncu       Nsight Compute on one launch of each rung in NCU_VARIANTS (default every rung) at each d in
 #             NCU_D (default 128), N = 4096, fp16: duration, stalls, L2 throughput and reductions;
 #             NCU_STALLS=1 adds each stall reason's warps a issued instruction (WarpStateStats' breakdown)
@@ -68,6 +71,15 @@ if has bench; then
   python3 scripts/device/ladder_steps.py "$csv" \
     "$(python3 -c "import csv,sys; print(','.join(dict.fromkeys(r['variant'] for r in csv.DictReader(open(sys.argv[1])) if r['tflops'] and r['variant'] != 'pytorch_cudnn_bwd')))" "$csv")" \
     --against pytorch_cudnn_bwd | tee "$OUT/bench_table.txt"
+fi
+if has io; then
+  echo "=== io ($(date +%T))"
+  for d in 64 128; do
+    timeout 200 build/bin/11_flash_v3_backward --batch 1 --heads 2 --seq 1000 --d $d --dtype fp16 \
+      --metrics lts__t_sectors_op_red.sum --csv "$OUT/io.csv" >>"$OUT/io_metrics.txt" 2>&1 || note "io d=$d: rc=$?"
+  done
+  python3 scripts/io_table.py "$OUT/io.csv" --extra "$OUT/io_metrics.txt" --metric lts__t_sectors_op_red.sum \
+    | tee "$OUT/io_table.txt"
 fi
 if has ncu; then
   echo "=== ncu ($(date +%T))"
