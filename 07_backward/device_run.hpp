@@ -115,7 +115,7 @@ struct BackwardDeviceRun {
     if (standard) return launch_standard_forward(s, t, args(), fp32() ? static_cast<void*>(Of.get()) : Oh.get());
     if (O32.size()) return launch_tc_tuned_unrounded(s, t, Qh.get(), Kh.get(), Vh.get(), Oh.get(), L.get(), O32.get());
     const std::string name = fp32() ? "flash_v2" : "tuned";  // named: no reference to a temporary
-    const ForwardVariant& v = with && with->launch ? *with : v2_registry().find(name);
+    const ForwardVariant& v = with ? *with : v2_registry().find(name);
     v.launch(s, t, args().Q, args().K, args().V, fp32() ? static_cast<void*>(Of.get()) : Oh.get(), L.get());
   }
   BackwardArgs args() {

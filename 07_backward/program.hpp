@@ -14,8 +14,8 @@ struct BackwardProgram {
   const Registry<BwdVariant>& registry;
   // Run beside the rungs by default, on the same inputs (stage 11: stage 07's fastest, "07_<name>").
   std::vector<BwdVariant> beside = {};
-  // The forward of FlashAttention's variants (O and L, and what --with-forward times): stage 06's
-  // fastest when null; stage 11: stage 08's.
+  // The forward of FlashAttention's variants (O and L, and what --with-forward times), with a
+  // launcher: stage 06's fastest when null; stage 11: stage 08's.
   const ForwardVariant* forward = nullptr;
 };
 

@@ -329,7 +329,7 @@ void launch_one_dq(const char* name, const Shape& s, course::Dtype t, const Back
     int* const turns = kDeterministic ? dq_turns(std::size_t(s.heads()) * ((s.N + Sm::Br - 1) / Sm::Br)) : nullptr;
     // Rung 6's groups: G key blocks of a head run together and take their turns in line, (G − 1)
     // turns' wait once a walk of Tr steps; fewer share the head's Q and dO in the L2. G = Tr / 4
-    // within [2, 8]: of G = 2, 4, 8 and all, the fastest or within 3% in the 12 cells measured (H200).
+    // within [2, 8] balances the two (chapter 11).
     const int Tr = (s.N + Sm::Br - 1) / Sm::Br, group = std::clamp(Tr / 4, 2, 8);
     fa3_bwd::launch_per_key_block(fa3_bwd::flash_v3_bwd_one_dq<typename C::T, C::D, kDeterministic>, Sm::kBytes,
                                   fa3_bwd::kWsThreads, s, C::D, a, m.Q, m.K, m.V, m.dO,
