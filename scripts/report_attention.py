@@ -265,13 +265,7 @@ def plot_vs_fa2(recs, out, spec=LADDER_V2, name="flash_v2_vs_fa2.png"):
             ax.hlines([v for _, v in marks], [i - 0.4 for i, _ in marks], [i + 0.4 for i, _ in marks],
                       color="gray", lw=2, label="cuDNN")
         ax.axhline(100, color="black", lw=1, ls="--", label="FlashAttention-2 (SDPA flash) = 100 %")
-        for i in range(1, len(cells)):
-            if cells[i][:2] != cells[i - 1][:2]:
-                ax.axvline(i - 0.5, color="gray", lw=0.8, ls=":")
-        ax.set_xticks(range(len(cells)))
-        ax.set_xticklabels([f"N={c[2]}\nd={c[0]}\n" + ("causal" if c[1] else "not causal") for c in cells],
-                           fontsize=7)
-        ax.set_xlim(-0.6, len(cells) - 0.4)
+        cell_axis(ax, cells)
         shown = [v for v in cudnn + all_pct if not math.isnan(v)]
         ax.set_ylim(0, max(shown + [120]) * 1.12)
         ax.set_ylabel("% of FA-2's TFLOP/s")
@@ -280,6 +274,17 @@ def plot_vs_fa2(recs, out, spec=LADDER_V2, name="flash_v2_vs_fa2.png"):
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{spec['ladder']} as a share of FlashAttention-2 in each cell — {device_name(recs)}")
     return save_figure(fig, out, name)
+
+
+def cell_axis(ax, cells):
+    """The x axis of a per-cell bar chart: a tick a (d, causal, N) cell, a dotted line between groups of d and mask."""
+    for i in range(1, len(cells)):
+        if cells[i][:2] != cells[i - 1][:2]:
+            ax.axvline(i - 0.5, color="gray", lw=0.8, ls=":")
+    ax.set_xticks(range(len(cells)))
+    ax.set_xticklabels([f"N={c[2]}\nd={c[0]}\n" + ("causal" if c[1] else "not causal") for c in cells],
+                       fontsize=7)
+    ax.set_xlim(-0.6, len(cells) - 0.4)
 
 
 def io_picks(recs, wanted):
@@ -504,13 +509,7 @@ def plot_v3_vs_peers(recs, out):
                                 ha="center", va="bottom", fontsize=7)
                     highest = max(highest, v + above)
         ax.axhline(100, color="black", lw=1, ls="--", label="the peer = 100 %")
-        for i in range(1, len(cells)):
-            if cells[i][:2] != cells[i - 1][:2]:
-                ax.axvline(i - 0.5, color="gray", lw=0.8, ls=":")
-        ax.set_xticks(range(len(cells)))
-        ax.set_xticklabels([f"N={c[2]}\nd={c[0]}\n" + ("causal" if c[1] else "not causal") for c in cells],
-                           fontsize=7)
-        ax.set_xlim(-0.6, len(cells) - 0.4)
+        cell_axis(ax, cells)
         ax.set_ylim(0, highest * 1.12)
         ax.set_ylabel("% of the peer's TFLOP/s")
         ax.set_title(f"{dtype} (B·N = {LADDER_TOKENS}, H·d = {LADDER_WIDTH}; medians, bars: tuned's slowest "
