@@ -144,32 +144,33 @@ __device__ inline int swizzle128(int r, int c) {
   "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
   "%62, %63, %64, %65, %66, %67}"
 
+// N = 80 (stage 11's 80-query tiles at d = 128: Sᵀ and dPᵀ for 80 queries, dQᵀ = K_jᵀ·dSᵀ): 40 floats.
+#define HOPPER_ACC40(d) HOPPER_ACC32(d), HOPPER_ACC4(d, 8), HOPPER_ACC4(d, 9)
+#define HOPPER_REGS40                                                                                   \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}"
+
 // A and B both from shared memory, both K-major by default (S = Q·Kᵀ: Q's rows and K's rows are
-// d-contiguous); kTrans = true takes both MN-major (imm-trans-a = imm-trans-b = 1: stage 11's
-// dQ = dS·K, dS stored as dSᵀ and K key-major).
+// d-contiguous). kTransA, kTransB = true take that operand MN-major (imm-trans-a, imm-trans-b = 1):
+// stage 11's dQ = dS·K (dS stored as dSᵀ, K key-major: both) and dQᵀ = K_jᵀ·dSᵀ (K_jᵀ only).
 //   wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}  d, a-desc, b-desc, scale-d, 1, 1, tA, tB
 // accumulate = false: D = A·B (scale-d 0: the old D is ignored, so it need not be zeroed).
-#define HOPPER_WGMMA_SS(N, AB, REGS, ACC, A, B, S, TRANS)                                    \
+#define HOPPER_WGMMA_SS(N, AB, REGS, ACC, A, B, S, TA, TB)                                   \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " S ", 0;\n"                             \
                " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32" AB AB " " REGS ", " A ", " B \
-               ", p, 1, 1, " TRANS ";\n}\n"                                                  \
+               ", p, 1, 1, " TA ", " TB ";\n}\n"                                             \
                : ACC                                                                          \
-               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)))
-template <class T, int N, bool kTrans = false>
+               : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(kTransA)), "n"(int(kTransB)))
+template <class T, int N, bool kTransA = false, bool kTransB = kTransA>
 __device__ inline void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  static_assert(N == 64 || N == 128, "wgmma_ss: N = 64 or 128");
+  static_assert(N == 64 || N == 80 || N == 128, "wgmma_ss: N = 64, 80 or 128");
   constexpr bool half = std::is_same_v<T, __half>;
-  if constexpr (N == 64) {
-    if constexpr (half && kTrans) HOPPER_WGMMA_SS(64, ".f16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "1, 1");
-    else if constexpr (half) HOPPER_WGMMA_SS(64, ".f16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "0, 0");
-    else if constexpr (kTrans) HOPPER_WGMMA_SS(64, ".bf16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "1, 1");
-    else HOPPER_WGMMA_SS(64, ".bf16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "0, 0");
-  } else {
-    if constexpr (half && kTrans) HOPPER_WGMMA_SS(128, ".f16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "1, 1");
-    else if constexpr (half) HOPPER_WGMMA_SS(128, ".f16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "0, 0");
-    else if constexpr (kTrans) HOPPER_WGMMA_SS(128, ".bf16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "1, 1");
-    else HOPPER_WGMMA_SS(128, ".bf16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "0, 0");
-  }
+  if constexpr (N == 64 && half) HOPPER_WGMMA_SS(64, ".f16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "%35", "%36");
+  else if constexpr (N == 64) HOPPER_WGMMA_SS(64, ".bf16", HOPPER_REGS32, HOPPER_ACC32(d), "%32", "%33", "%34", "%35", "%36");
+  else if constexpr (N == 80 && half) HOPPER_WGMMA_SS(80, ".f16", HOPPER_REGS40, HOPPER_ACC40(d), "%40", "%41", "%42", "%43", "%44");
+  else if constexpr (N == 80) HOPPER_WGMMA_SS(80, ".bf16", HOPPER_REGS40, HOPPER_ACC40(d), "%40", "%41", "%42", "%43", "%44");
+  else if constexpr (half) HOPPER_WGMMA_SS(128, ".f16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "%67", "%68");
+  else HOPPER_WGMMA_SS(128, ".bf16", HOPPER_REGS64, HOPPER_ACC64(d), "%64", "%65", "%66", "%67", "%68");
 }
 
 // A from registers (four 32-bit registers of two 16-bit values: mma.sync's A fragment for the
@@ -249,6 +250,13 @@ __device__ inline uint32_t pack_e4m3(float x0, float x1, float x2, float x3) {
 __device__ inline void stmatrix_x4(uint32_t smem_address, const uint32_t (&r)[4]) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address), "r"(r[0]),
                "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+// The same, each matrix stored transposed (.trans): lane i gives the address of row i % 8 of the
+// stored matrix i / 8, which holds column i % 8 of the registers' matrix (16-bit values only).
+__device__ inline void stmatrix_x4_trans(uint32_t smem_address, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                : "memory");
 }
 

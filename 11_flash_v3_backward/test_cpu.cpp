@@ -18,7 +18,7 @@ using namespace attention;
 using course::Dtype;
 
 TEST_CASE("the ladder: rungs in the chapter's order, fp16 and bf16, d = 64 and 128; stage 07's fastest beside") {
-  const std::vector<std::string> names = {"wgmma", "tma", "warp_specialized", "bulk_dq", "one_dq", "deterministic"};
+  const std::vector<std::string> names = {"wgmma", "tma", "warp_specialized", "bulk_dq", "one_dq", "deterministic", "tiles"};
   REQUIRE(v3_bwd_registry().rungs().size() == names.size());
   for (std::size_t k = 0; k < names.size(); ++k) {
     const auto& v = v3_bwd_registry().rungs()[k];
@@ -38,6 +38,11 @@ TEST_CASE("the ladder: rungs in the chapter's order, fp16 and bf16, d = 64 and 1
   CHECK(one_dq.plan_for({1, 1, 256, 64, false}).kv.Br == 128);
   CHECK(one_dq.plan_for({1, 1, 256, 128, true}).kv.Br == 64);
   CHECK(one_dq.plan_for({1, 1, 256, 128, true}).dq_shares == 1);
+  const auto& tiles = v3_bwd_registry().find("tiles");  // 80 query rows at d = 128 not causal only
+  CHECK(tiles.plan_for({1, 1, 256, 128, false}).kv.Br == 80);
+  CHECK(tiles.plan_for({1, 1, 256, 128, true}).kv.Br == 64);
+  CHECK(tiles.plan_for({1, 1, 256, 64, false}).kv.Br == 128);
+  CHECK(tiles.plan_for({1, 1, 256, 128, false}).dq_shares == 1);
   const auto beside = stage07_beside();
   REQUIRE(beside.size() == 2);
   CHECK(beside[0].name == "07_wide");

@@ -45,7 +45,7 @@ void check_run(const BwdVariant& v, const Shape& s, Dtype t, const BackwardInput
 TEST_CASE("every rung matches float64 (dQ, dK, dV): fp16 and bf16, d = 64 and 128, causal or not, any N") {
   const bool sanitizer = course::testing::under_sanitizer();
   const std::vector<int> sizes =
-      sanitizer ? std::vector<int>{1, 77, 200} : std::vector<int>{1, 7, 63, 64, 65, 128, 129, 300, 1000};
+      sanitizer ? std::vector<int>{1, 77, 200} : std::vector<int>{1, 7, 63, 64, 65, 80, 128, 129, 161, 300, 1000};
   for (const auto& v : v3_bwd_registry().rungs())
     for (Dtype t : v.dtypes)
       for (int d : v.ds)
@@ -109,6 +109,9 @@ TEST_CASE("bad input: dtypes and head dimensions a rung does not take, empty sha
   CHECK_THROWS_AS(launch_fa3_bwd_one_dq(Shape{1, 1, 4, 128, false}, Dtype::fp16, no_acc), course::UsageError);
   CHECK_THROWS_AS(launch_fa3_bwd_deterministic(Shape{1, 1, 4, 64, false}, Dtype::fp32, a), course::UsageError);
   CHECK_THROWS_AS(launch_fa3_bwd_deterministic(Shape{1, 1, 4, 64, false}, Dtype::bf16, no_acc), course::UsageError);
+  CHECK_THROWS_AS(launch_fa3_bwd_tiles(Shape{1, 1, 4, 128, false}, Dtype::fp32, a), course::UsageError);
+  CHECK_THROWS_AS(launch_fa3_bwd_tiles(Shape{1, 1, 4, 96, false}, Dtype::fp16, a), course::UsageError);
+  CHECK_THROWS_AS(launch_fa3_bwd_tiles(Shape{1, 1, 4, 128, false}, Dtype::bf16, no_acc), course::UsageError);
 }
 
 TEST_CASE("deterministic: dQ, dK, dV bit for bit the same in repeated runs (and how often one_dq's dQ differs)") {

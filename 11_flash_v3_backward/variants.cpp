@@ -16,6 +16,8 @@ constexpr Tiles kWgmmaTiles{64, 128};
 // Rung 6 moves the same bytes as rung 5, so its plan is rung 5's: BackwardPlan::deterministic names
 // stage 07's other form (a query-outer dQ pass of its own), not an order of the same reductions.
 BackwardPlan one_dq_plan(const Shape& s) { return {{one_dq_query_rows(s.d), 128}, false, {0, 0}, 1}; }
+// Rung 7: rung 5's, with query blocks of 80 at d = 128 not causal.
+BackwardPlan tiles_plan(const Shape& s) { return {{tiles_query_rows(s.d, s.causal), 128}, false, {0, 0}, 1}; }
 
 #if COURSE_HAS_HOPPER
 // The whole backward of an atomic rung: stage 07's preprocess (D, dQacc = 0), the key-outer pass,
@@ -55,6 +57,9 @@ const Registry<BwdVariant>& v3_bwd_registry() {
                 {{"deterministic", half, {64, 128},
                   "rung 6: rung 5 with dQ's additions in key-block order (a counter each): bit-for-bit repeatable"},
                  one_dq_plan({1, 1, 1, 128, false}), COURSE_HOPPER(launch_fa3_bwd_deterministic), false, one_dq_plan},
+                {{"tiles", half, {64, 128},
+                  "rung 7: FlashAttention-3's tiles, 80 x 128 at d = 128 not causal (dQ transposed); rung 5's elsewhere"},
+                 tiles_plan({1, 1, 1, 128, false}), COURSE_HOPPER(launch_fa3_bwd_tiles), false, tiles_plan},
             });
   return registry;
 }

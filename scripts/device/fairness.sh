@@ -14,7 +14,8 @@
 #     Compute's gpu__time_duration (step ncu);
 #   - stage 08's tensor maps made outside the timed launches (fa3_host.cu keeps them by buffer and shape).
 # Steps (STEPS, comma-separated, run in this order; default all but fp32):
-#   build  stages 06, 07 and 08's programs (stage 08 for sm_90a); BUILD_MORE=11_flash_v3_backward_program adds stage 11
+#   build  stages 06, 07 and 08's programs (stage 08 for sm_90a); BUILD_MORE=11_flash_v3_backward_program adds stage 11,
+#          BUILD_TARGETS replaces the three
 #   s08    stage 08's last rung (tuned) over the ladder's grid (DTYPES08, default fp16) against FA-2 and cuDNN
 #   s06    stage 06's forward sweep as the main job runs it: the ladder's grid (B·N = 16384, H = 2048/d,
 #          d = 64 and 128, causal or not, N = 1024, 4096, 16384, fp16 and bf16), the last rung
@@ -96,7 +97,7 @@ fi
 if has build; then
   echo "=== build ($(date +%T))"
   if cmake --preset default -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" -DCMAKE_CUDA_ARCHITECTURES=90 >"$logs/build.log" 2>&1 &&
-     timeout "$(budget 400)" cmake --build build -j 16 --target 06_flash_v2_program 07_backward_program 08_flash_v3_program ${BUILD_MORE:-} \
+     timeout "$(budget 400)" cmake --build build -j 16 --target ${BUILD_TARGETS:-06_flash_v2_program 07_backward_program 08_flash_v3_program} ${BUILD_MORE:-} \
        >>"$logs/build.log" 2>&1; then
     note "build: ok in $((SECONDS - started)) s, $(grep -ci 'warning' "$logs/build.log") warning lines"
   else

@@ -5,7 +5,8 @@
 #   sanitize  compute-sanitizer's four tools on the GPU tests at once (COURSE_SANITIZER=1: small shapes)
 #   bench     the ladder over FA-2's benchmark grid (B·N = 16384, H = 2048 / d, N = SEQ; DTYPES, default
 #             fp16) beside stage 07's fastest, then SDPA's backward (flash, cuDNN) in the same call;
-#             ROUNDS rounds, each ours then the peers
+#             ROUNDS rounds, each ours then the peers; BENCH_D (default "64 128") and BENCH_MASK (both,
+#             causal or none) narrow the grid
 #   io        the program's own IO three ways (model, CPU count, the counters: SM↔L2 and DRAM, and the
 #             L2's reduction sectors, dQ's sums) for every rung, B = 1, H = 2, N = 1000, d = 64 and 128,
 #             fp16: io.csv, io_metrics.txt (the program's stdout) and io_table.txt (scripts/io_table.py)
@@ -57,15 +58,18 @@ if has bench; then
   echo "=== bench ($(date +%T))"
   csv="$OUT/bench.csv"
   for round in $(seq 1 "${ROUNDS:-1}"); do
-    for d in 64 128; do
-      for causal in "" "--causal"; do
+    masks=("" "--causal")
+    [ "${BENCH_MASK:-both}" = causal ] && masks=("--causal")
+    [ "${BENCH_MASK:-both}" = none ] && masks=("")
+    for d in ${BENCH_D:-64 128}; do
+      for causal in "${masks[@]}"; do
         timeout 200 build/bin/11_flash_v3_backward --tokens 16384 --heads $((2048 / d)) --seq "$SEQ" --d $d $causal \
           --dtype "$DTYPES" --check-heads 1 --no-counters --count-limit 0 ${VARIANTS:+--variants "$VARIANTS"} \
           --csv "$csv" >>"$OUT/bench.log" 2>&1 || note "bench d=$d $causal: rc=$?"
       done
     done
     timeout 200 python3 scripts/peers/torch_attention.py --csv "$csv" --stage 11_flash_v3_backward --backward \
-      --tokens 16384 --width 2048 --d 64,128 --mask both --seq "$SEQ" --dtype "$DTYPES" --backends flash,cudnn \
+      --tokens 16384 --width 2048 --d "$(echo ${BENCH_D:-64 128} | tr ' ' ,)" --mask "${BENCH_MASK:-both}" --seq "$SEQ" --dtype "$DTYPES" --backends flash,cudnn \
       >>"$OUT/bench.log" 2>&1 || note "peers: rc=$?"
   done
   python3 scripts/device/ladder_steps.py "$csv" \
@@ -86,7 +90,7 @@ if has ncu; then
   stalls=""
   [ "${NCU_STALLS:-0}" = 1 ] && stalls=',regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
   for d in ${NCU_D:-128}; do
-  for v in ${NCU_VARIANTS:-wgmma tma warp_specialized bulk_dq one_dq deterministic}; do
+  for v in ${NCU_VARIANTS:-wgmma tma warp_specialized bulk_dq one_dq deterministic tiles}; do
     timeout 150 ncu --clock-control none -k regex:flash_v3_bwd -c 1 \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
       --section MemoryWorkloadAnalysis \
