@@ -9,7 +9,8 @@
 //    do fit its N. A warpgroup's half is 64 of d's columns × 80 queries; A is K_j's column block
 //    read MN-major, B is dS stored [query][key] (K-major). Each warpgroup writes its dSᵀ there
 //    transposed, by stmatrix.trans: its registers already hold dK's A fragments, four 8 × 8
-//    matrices each, and five stmatrix a thread store them (rung 5: twenty 4-byte stores).
+//    matrices each, and five stmatrix a thread store them (rung 5's 4-byte stores would take twenty
+//    at 80 queries; sixteen at its 64).
 //  - dQᵀ's half is staged into dQacc's layout (query rows) by 4-byte stores, 40 a thread, in two
 //    boxes of 80 rows × 32 floats; the writer adds them as in rung 5.
 // Shared memory: K, V 64 KB; two slots of Q, dO 80 KB; two turns of dS 40 KB; staging 40 KB: 226 KB
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     hopper::fence_registers(St[0]);
     hopper::fence_registers(dPt[0]);
     if (COURSE_BLOCK_NEEDS_MASK(row0, key0 + kBc, p.Nk, false))
-      tc::mask_scores<true>(St, key0 + key_w, row0, p.Nk, false);  // the last key block's keys past N
+      tc::mask_scores<true>(St, key0 + key_w, row0, p.Nk, false);  // keys from Nk on
     bwd::softmax_backward_t(St, dPt, Ls(slot), Ds(slot), c);
 
     uint32_t Pa[1][NT / 2][4], dSa[1][NT / 2][4];

@@ -1,5 +1,6 @@
 // What stage 11's rungs share: the block shape (a key block of Bc = 128, two warpgroups of 64 keys
-// each, query blocks of Br = 64; rungs 5 and 6 take 128 at d = 64), the two pieces every rung's step has beyond stage 07's and 08's
+// each, query blocks of Br = 64; rungs 5 to 7 take 128 at d = 64, rung 7 80 at d = 128 not causal),
+// the two pieces every rung's step has beyond stage 07's and 08's
 // helpers (dSᵀ into the warpgroup's tile, dQ's share from it), and the launch.
 #pragma once
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <string>
 
-#include "../10_ring_attention/merge.hpp"
+#include "../04_online_softmax/online.hpp"
 #include "check.hpp"
 
 namespace inference {
@@ -12,23 +12,36 @@ namespace inference {
 namespace {
 
 // The 32-byte sectors of n elements of `bytes` each from element `first` of an array starting on a
-// sector (what one request of the counting view costs).
-double sectors(std::size_t first, std::size_t n, std::size_t bytes) {
-  return double(((first + n) * bytes - 1) / course::kSectorBytes - first * bytes / course::kSectorBytes + 1) *
-         double(course::kSectorBytes);
+// sector: what one request of the counting view costs.
+std::uint64_t sectors(std::size_t first, std::size_t n, std::size_t bytes) {
+  return (((first + n) * bytes - 1) / course::kSectorBytes - first * bytes / course::kSectorBytes + 1) *
+         course::kSectorBytes;
 }
 
-// Where each sequence's block table starts in the tables laid end to end.
-std::vector<std::size_t> table_offsets(const DecodeShape& s, int page) {
-  std::vector<std::size_t> at(static_cast<std::size_t>(s.batch()) + 1, 0);
-  for (int b = 0; b < s.batch(); ++b) at[std::size_t(b) + 1] = at[std::size_t(b)] + std::size_t((s.lengths[std::size_t(b)] + page - 1) / page);
-  return at;
+int pages_of(int length, int page) { return (length + page - 1) / page; }
+
+int max_pages(const DecodeShape& s, int page) {
+  int most = 0;
+  for (int len : s.lengths) most = std::max(most, pages_of(len, page));
+  return most;
+}
+
+int max_splits(const DecodeShape& s, int page, int splits) {
+  int most = 1;
+  for (int len : s.lengths) most = std::max(most, splits_of(len, page, splits).count);
+  return most;
+}
+
+void check_plan(const DecodePlan& plan, int page) {
+  course::require(plan.splits >= 1, "decode: at least one split, not " + std::to_string(plan.splits));
+  course::require(page >= 1, "decode: a page holds at least one token, not " + std::to_string(page));
 }
 
 }  // namespace
 
 Splits splits_of(int length, int page, int splits) {
-  const int pages = (length + page - 1) / page, wanted = std::max(1, std::min(splits, pages));
+  course::require(page >= 1 && splits >= 1 && length >= 1, "splits_of: length, page and splits must be >= 1");
+  const int pages = pages_of(length, page), wanted = std::min(splits, pages);
   const int each = (pages + wanted - 1) / wanted;
   return {(pages + each - 1) / each, each};
 }
@@ -36,145 +49,155 @@ Splits splits_of(int length, int page, int splits) {
 DecodeOutput decode_counted(const DecodeShape& s, const DecodePlan& plan, const std::vector<std::uint16_t>& Q_bits,
                             const PagedCache& cache) {
   s.validate();
-  course::require(plan.splits >= 1, "decode: at least one split");
+  check_plan(plan, cache.page());
   course::require(cache.sequences() == s.batch() && cache.heads_kv() == s.heads_kv && cache.d() == s.d,
-                  "decode: the cache does not hold this problem's sequences and heads");
-  course::require(Q_bits.size() == s.q_elements(), "decode: Q holds the wrong number of values");
+                  "decode: the cache holds " + std::to_string(cache.sequences()) + " sequences, H_kv = " +
+                      std::to_string(cache.heads_kv()) + ", d = " + std::to_string(cache.d()) + "; the problem " +
+                      s.text());
+  course::require(Q_bits.size() == s.q_elements(), "decode: Q holds " + std::to_string(Q_bits.size()) +
+                                                       " values, the problem " + std::to_string(s.q_elements()));
   const course::Dtype t = cache.dtype();
-  const int d = s.d, G = s.group(), page = cache.page();
-  const std::size_t record = std::size_t(d) + 8;
+  const int d = s.d, G = s.group(), page = cache.page(), heads = plan.gqa_packed ? G : 1;  // a block's query heads
+  const std::size_t dn = static_cast<std::size_t>(d), record = dn + 8;
   DecodeOutput out{std::vector<std::uint16_t>(s.q_elements()), std::vector<float>(s.l_elements()), {}};
 
-  // Global memory: the pools, Q, O, L, the tables end to end, and the partial records.
-  std::vector<int> tables;
+  // Global memory: the pools, Q, O, L, the lengths, the padded block table, the partial records.
+  const int stride = max_pages(s, page), slots = max_splits(s, page, plan.splits);
+  std::vector<int> table(std::size_t(s.batch()) * std::size_t(stride), 0), lengths(s.lengths);
   for (int b = 0; b < s.batch(); ++b) {
-    course::require(cache.length(b) == s.lengths[std::size_t(b)], "decode: a length differs from the cache's");
-    tables.insert(tables.end(), cache.table(b).begin(), cache.table(b).end());
+    course::require(cache.length(b) == s.lengths[std::size_t(b)],
+                    "decode: sequence " + std::to_string(b) + " has " + std::to_string(cache.length(b)) +
+                        " tokens in the cache, the problem says " + std::to_string(s.lengths[std::size_t(b)]));
+    std::copy(cache.table(b).begin(), cache.table(b).end(), table.begin() + std::ptrdiff_t(b) * stride);
   }
-  const auto table_at = table_offsets(s, page);
-  std::vector<float> partial(s.l_elements() * std::size_t(plan.splits) * record, 0.0f);
+  std::vector<float> partial(s.l_elements() * std::size_t(slots) * record, 0.0f);
   course::Hbm hbm;
   auto gK = hbm.wrap(cache.K_bits().data(), cache.K_bits().size());
   auto gV = hbm.wrap(cache.V_bits().data(), cache.V_bits().size());
   auto gQ = hbm.wrap(Q_bits.data(), Q_bits.size());
   auto gO = hbm.wrap(out.O.data(), out.O.size());
   auto gL = hbm.wrap(out.L.data(), out.L.size());
-  auto gT = hbm.wrap(tables.data(), tables.size());
+  auto gN = hbm.wrap(lengths.data(), lengths.size());
+  auto gT = hbm.wrap(table.data(), table.size());
   auto gP = hbm.wrap(partial.data(), partial.size());
-  auto record_at = [&](int b, int hq, int r, int split) { return (s.l_at(b, hq, r) * std::size_t(plan.splits) + split) * record; };
+  auto record_at = [&](int b, int hq, int r, int split) { return (s.l_at(b, hq, r) * std::size_t(slots) + split) * record; };
 
   const float scale = 1.0f / std::sqrt(float(d));
-  std::vector<std::uint16_t> row(static_cast<std::size_t>(d));
-  const std::size_t dn = static_cast<std::size_t>(d);
-  std::vector<float> kf(dn), vf(dn), o(dn);
-  std::vector<std::vector<float>> q(std::size_t(G * s.rows), std::vector<float>(std::size_t(d)));
-  std::vector<std::vector<float>> acc(std::size_t(G * s.rows), std::vector<float>(std::size_t(d)));
-  std::vector<float> m(static_cast<std::size_t>(G * s.rows)), l(std::size_t(G * s.rows)), Ls(std::size_t(G * s.rows));
+  const std::size_t n_rows = std::size_t(heads) * std::size_t(s.rows);  // a block's rows: [head][row]
+  std::vector<std::uint16_t> row(dn);
+  std::vector<float> kf(dn), vf(dn), o(dn), rec(record), m(n_rows), l(n_rows), Ls(n_rows);
+  std::vector<std::vector<float>> q(n_rows, std::vector<float>(dn)), acc(n_rows, std::vector<float>(dn));
   auto load_row = [&](const course::GlobalArray<const std::uint16_t>& a, std::size_t at, std::vector<float>& to) {
-    a.load(at, std::size_t(d), row.data());
-    for (int e = 0; e < d; ++e) to[std::size_t(e)] = course::bits_to_float(t, row[std::size_t(e)]);
+    a.load(at, dn, row.data());
+    for (std::size_t e = 0; e < dn; ++e) to[e] = course::bits_to_float(t, row[e]);
   };
   auto store_O = [&](std::size_t at, const std::vector<float>& x) {
-    for (int e = 0; e < d; ++e) row[std::size_t(e)] = course::float_to_bits(t, x[std::size_t(e)]);
-    gO.store(at, std::size_t(d), row.data());
+    for (std::size_t e = 0; e < dn; ++e) row[e] = course::float_to_bits(t, x[e]);
+    gO.store(at, dn, row.data());
   };
 
-  for (int b = 0; b < s.batch(); ++b) {
-    const int len = s.lengths[std::size_t(b)];
-    const Splits sp = splits_of(len, page, plan.splits);
-    for (int h = 0; h < s.heads_kv; ++h) {
+  for (int b = 0; b < s.batch(); ++b)
+    for (int hq0 = 0; hq0 < s.heads_q; hq0 += heads) {
+      const int h = hq0 / G;  // the K/V head of the block's query heads
+      // The launch knows the lengths (it chose the splits from them); each block reads its own.
+      const Splits sp = splits_of(s.lengths[std::size_t(b)], page, plan.splits);
+      int len = 0;
       for (int split = 0; split < sp.count; ++split) {
-        // ---- one split of one K/V head: a CTA's work ----
-        const int p0 = split * sp.pages_each, p1 = std::min((split + 1) * sp.pages_each, (len + page - 1) / page);
-        std::vector<int> entries(static_cast<std::size_t>(p1 - p0));
-        gT.load(table_at[std::size_t(b)] + std::size_t(p0), entries.size(), entries.data());
-        for (int i = 0; i < G * s.rows; ++i) {
-          load_row(gQ, s.q_at(b, i % s.rows, h * G + i / s.rows), q[std::size_t(i)]);
-          m[std::size_t(i)] = -INFINITY;
-          l[std::size_t(i)] = 0.0f;
-          std::fill(acc[std::size_t(i)].begin(), acc[std::size_t(i)].end(), 0.0f);
+        // ---- one block: one split of K/V head h for query heads hq0 .. hq0 + heads − 1 ----
+        gN.load(std::size_t(b), 1, &len);
+        const int p0 = split * sp.pages_each, p1 = std::min(p0 + sp.pages_each, pages_of(len, page));
+        std::vector<int> entries(std::size_t(p1 - p0));
+        gT.load(std::size_t(b) * std::size_t(stride) + std::size_t(p0), entries.size(), entries.data());
+        for (std::size_t i = 0; i < n_rows; ++i) {
+          load_row(gQ, s.q_at(b, int(i) % s.rows, hq0 + int(i) / s.rows), q[i]);
+          m[i] = -INFINITY;
+          l[i] = 0.0f;
+          std::fill(acc[i].begin(), acc[i].end(), 0.0f);
         }
-        const int key0 = p0 * page, key1 = std::min(p1 * page, len);
-        for (int pos = key0; pos < key1; ++pos) {
-          const std::size_t at = (std::size_t(entries[std::size_t(pos / page - p0)]) * page + pos % page) * s.heads_kv * d +
-                                 std::size_t(h) * d;
-          for (int loads = 0; loads < (plan.gqa_packed ? 1 : G); ++loads) {  // unpacked: each head's own copy
-            load_row(gK, at, kf);
-            load_row(gV, at, vf);
-          }
-          for (int i = 0; i < G * s.rows; ++i) {
-            if (pos > s.last_key(b, i % s.rows)) continue;  // the step's later rows
+        for (int pos = p0 * page; pos < std::min(p1 * page, len); ++pos) {
+          const std::size_t at =
+              ((std::size_t(entries[std::size_t(pos / page - p0)]) * page + std::size_t(pos % page)) * s.heads_kv + h) * dn;
+          load_row(gK, at, kf);
+          load_row(gV, at, vf);
+          for (std::size_t i = 0; i < n_rows; ++i) {
+            if (pos > s.last_key(b, int(i) % s.rows)) continue;  // the step's later rows
             float dot = 0.0f;
-            for (int e = 0; e < d; ++e) dot = std::fmaf(q[std::size_t(i)][std::size_t(e)], kf[std::size_t(e)], dot);
-            const float x = dot * scale, m_new = std::max(m[std::size_t(i)], x);
-            const float alpha = softmax::rescale(m[std::size_t(i)], m_new), p = std::exp(x - m_new);
-            l[std::size_t(i)] = l[std::size_t(i)] * alpha + p;
-            for (int e = 0; e < d; ++e)
-              acc[std::size_t(i)][std::size_t(e)] = acc[std::size_t(i)][std::size_t(e)] * alpha + p * vf[std::size_t(e)];
-            m[std::size_t(i)] = m_new;
+            for (std::size_t e = 0; e < dn; ++e) dot = std::fmaf(q[i][e], kf[e], dot);
+            const float x = dot * scale, m_new = std::max(m[i], x);
+            const float alpha = softmax::rescale(m[i], m_new), p = std::exp(x - m_new);
+            l[i] = l[i] * alpha + p;
+            for (std::size_t e = 0; e < dn; ++e) acc[i][e] = acc[i][e] * alpha + p * vf[e];
+            m[i] = m_new;
           }
         }
-        for (int i = 0; i < G * s.rows; ++i) {  // the partials: o normalised, L (−∞ for a row with no keys here)
-          const bool none = l[std::size_t(i)] == 0.0f;
-          for (int e = 0; e < d; ++e) o[std::size_t(e)] = none ? 0.0f : acc[std::size_t(i)][std::size_t(e)] / l[std::size_t(i)];
-          Ls[std::size_t(i)] = none ? -INFINITY : m[std::size_t(i)] + std::log(l[std::size_t(i)]);
-          const int r = i % s.rows, hq = h * G + i / s.rows;
+        for (std::size_t i = 0; i < n_rows; ++i) {  // o normalised, L; (0, −∞) for a row with no keys here
+          const bool none = l[i] == 0.0f;
+          for (std::size_t e = 0; e < dn; ++e) o[e] = none ? 0.0f : acc[i][e] / l[i];
+          Ls[i] = none ? -INFINITY : m[i] + std::log(l[i]);
+          const int r = int(i) % s.rows, hq = hq0 + int(i) / s.rows;
           if (sp.count == 1) {
             store_O(s.q_at(b, r, hq), o);
           } else {
-            std::vector<float> rec(record, 0.0f);
             std::copy(o.begin(), o.end(), rec.begin());
-            rec[std::size_t(d)] = Ls[std::size_t(i)];
+            std::fill(rec.begin() + std::ptrdiff_t(d), rec.end(), 0.0f);
+            rec[dn] = Ls[i];
             gP.store(record_at(b, hq, r, split), record, rec.data());
           }
         }
-        if (sp.count == 1) gL.store(s.l_at(b, h * G, 0), std::size_t(G * s.rows), Ls.data());  // [hq][r]: contiguous
+        if (sp.count == 1) gL.store(s.l_at(b, hq0, 0), n_rows, Ls.data());  // [head][row]: contiguous
       }
       if (sp.count == 1) continue;
-      // ---- the merge of the group's rows: a CTA's work ----
-      for (int i = 0; i < G * s.rows; ++i) {
-        const int r = i % s.rows, hq = h * G + i / s.rows;
-        std::vector<float> rec(record);
+      // ---- the merge block of the same heads ----
+      gN.load(std::size_t(b), 1, &len);
+      for (std::size_t i = 0; i < n_rows; ++i) {
+        const int r = int(i) % s.rows, hq = hq0 + int(i) / s.rows;
         float L = -INFINITY;
         std::fill(o.begin(), o.end(), 0.0f);
         for (int split = 0; split < sp.count; ++split) {
           gP.load(record_at(b, hq, r, split), record, rec.data());
-          const ring::MergeWeights w = ring::merge_weights(L, rec[std::size_t(d)]);
-          for (int e = 0; e < d; ++e) o[std::size_t(e)] = w.w1 * o[std::size_t(e)] + w.w2 * rec[std::size_t(e)];
+          const softmax::MergeWeights w = softmax::merge_weights(L, rec[dn]);
+          for (std::size_t e = 0; e < dn; ++e) o[e] = w.w1 * o[e] + w.w2 * rec[e];
           L = w.L;
         }
         store_O(s.q_at(b, r, hq), o);
-        Ls[std::size_t(i)] = L;
+        Ls[i] = L;
       }
-      gL.store(s.l_at(b, h * G, 0), std::size_t(G * s.rows), Ls.data());
+      gL.store(s.l_at(b, hq0, 0), n_rows, Ls.data());
     }
-  }
   out.io = hbm.count();
   return out;
 }
 
-double decode_model_bytes(const DecodeShape& s, const DecodePlan& plan, int page) {
+course::IoCount decode_model(const DecodeShape& s, const DecodePlan& plan, int page) {
   s.validate();
-  const int G = s.group();
-  const double row16 = 2.0 * s.d, record = 4.0 * (s.d + 8);
-  const auto table_at = table_offsets(s, page);
-  double bytes = 0;
+  check_plan(plan, page);
+  const int G = s.group(), heads = plan.gqa_packed ? G : 1, blocks_a_split = s.heads_q / heads;
+  const std::uint64_t row16 = 2 * std::uint64_t(s.d), record = 4 * (std::uint64_t(s.d) + 8);
+  const std::size_t stride = std::size_t(max_pages(s, page));
+  course::IoCount io;
   for (int b = 0; b < s.batch(); ++b) {
-    const int len = s.lengths[std::size_t(b)], pages = (len + page - 1) / page;
+    const int len = s.lengths[std::size_t(b)], pages = pages_of(len, page);
     const Splits sp = splits_of(len, page, plan.splits);
-    bytes += double(len) * s.heads_kv * 2 * row16 * (plan.gqa_packed ? 1 : G);  // K and V
-    bytes += double(sp.count) * s.heads_q * s.rows * row16;                       // Q, once a split
-    bytes += double(s.heads_q) * s.rows * row16;                                   // O
-    for (int h = 0; h < s.heads_kv; ++h) {
-      bytes += sectors(s.l_at(b, h * G, 0), std::size_t(G * s.rows), 4);  // L, a group's rows at once
-      for (int split = 0; split < sp.count; ++split) {                    // the block table
+    const std::uint64_t rows_q = std::uint64_t(s.heads_q) * std::uint64_t(s.rows), splits = std::uint64_t(sp.count);
+    io.read_bytes += std::uint64_t(len) * std::uint64_t(s.heads_kv) * 2 * row16 * std::uint64_t(G / heads);  // K, V
+    io.read_bytes += splits * rows_q * row16;                                                             // Q
+    io.write_bytes += rows_q * row16;                                                                     // O
+    const bool merge = sp.count > 1;
+    // The lengths: one sector a block, the merge blocks' included.
+    io.read_bytes += std::uint64_t(blocks_a_split) * (splits + (merge ? 1 : 0)) * course::kSectorBytes;
+    for (int hq0 = 0; hq0 < s.heads_q; hq0 += heads) {
+      io.write_bytes += sectors(s.l_at(b, hq0, 0), std::size_t(heads * s.rows), 4);  // L, a block's rows at once
+      for (int split = 0; split < sp.count; ++split) {                              // the block table
         const int p0 = split * sp.pages_each, p1 = std::min(p0 + sp.pages_each, pages);
-        bytes += sectors(table_at[std::size_t(b)] + std::size_t(p0), std::size_t(p1 - p0), 4);
+        io.read_bytes += sectors(std::size_t(b) * stride + std::size_t(p0), std::size_t(p1 - p0), 4);
       }
     }
-    if (sp.count > 1) bytes += 2.0 * s.heads_q * s.rows * sp.count * record;  // written, then read back
+    if (merge) {  // the partial records, written by the splits, read by the merge
+      io.write_bytes += rows_q * splits * record;
+      io.read_bytes += rows_q * splits * record;
+    }
   }
-  return bytes;
+  return io;
 }
 
 }  // namespace inference

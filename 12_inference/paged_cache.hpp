@@ -3,7 +3,7 @@
 // num_pages × page × H_kv × d, as FlashAttention's API takes it); a sequence's block table lists
 // its pages in order, so its token p lies in page table[p / page], slot p % page. Pages are handed
 // out from a free list in a shuffled order, as a server's allocator ends up after some traffic, so
-// a block table is never the identity and a kernel that ignores it fails.
+// a block table of several pages is rarely the identity, and a kernel that ignores it fails.
 #pragma once
 
 #include <cstddef>

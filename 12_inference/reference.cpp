@@ -3,6 +3,8 @@
 #include <Eigen/Dense>
 #include <cmath>
 
+#include <string>
+
 #include "check.hpp"
 
 namespace inference {
@@ -15,7 +17,9 @@ DecodeResult decode_reference(const DecodeShape& s, const std::vector<float>& Q,
   DecodeResult out{std::vector<double>(s.q_elements()), std::vector<double>(s.l_elements())};
   const double scale = 1.0 / std::sqrt(double(s.d));
   for (int b = 0; b < s.batch(); ++b) {
-    course::require(cache.length(b) == s.lengths[std::size_t(b)], "decode reference: a length differs from the cache's");
+    course::require(cache.length(b) == s.lengths[std::size_t(b)],
+                    "decode reference: sequence " + std::to_string(b) + " has " + std::to_string(cache.length(b)) +
+                        " tokens in the cache, the problem says " + std::to_string(s.lengths[std::size_t(b)]));
     for (int h = 0; h < s.heads_kv; ++h) {
       const int n = s.lengths[std::size_t(b)];
       // The sequence's K and V of head h, gathered through its block table: n × d.

@@ -147,24 +147,36 @@ TEST_CASE("split-KV decode matches float64, and its counted bytes equal the mode
           // O: its own rounding to the dtype (half an ulp of the largest |O|) and float sums; L in float.
           CHECK(err_O <= course::unit_roundoff(t) + 1e-5);
           CHECK(err_L <= 1e-5);
-          CHECK(double(out.io.total()) == decode_model_bytes(s, plan, c.page));
+          const course::IoCount model = decode_model(s, plan, c.page);
+          CHECK(out.io.read_bytes == model.read_bytes);
+          CHECK(out.io.write_bytes == model.write_bytes);
         }
       }
 }
 
-TEST_CASE("the model: GQA packing divides the cache's bytes by G, splits add Q's rows and the partials") {
+TEST_CASE("the model, worked out by hand: GQA packing, splits, the table and the lengths") {
+  // H_q = 32, H_kv = 8 (G = 4), d = 128, one row, sequences of 4096 and 8192 tokens, pages of 64:
+  // the block table is [2][128] ints; a block of 4 heads writes its 4 L's (16 bytes) in one sector.
   const DecodeShape s = shape(32, 8, 128, 1, {4096, 8192});
-  const double cache = double(4096 + 8192) * 8 * 2 * 128 * 2;  // K and V, 16-bit
-  const double packed = decode_model_bytes(s, {1, true}, 64), unpacked = decode_model_bytes(s, {1, false}, 64);
-  CHECK(unpacked - packed == doctest::Approx(3 * cache).epsilon(1e-12));
-  CHECK(packed > cache);
-  CHECK(packed < 1.01 * cache);  // at long contexts the cache is nearly all of it
-  const double split16 = decode_model_bytes(s, {16, true}, 64);
-  // The partials (written, read back), Q's rows once more a split, and the block table: sequence 0's
-  // 64 entries (8 sectors) read as 16 splits of 4 entries, one sector each (sequence 1's 16 splits of
-  // 8 entries take its 16 sectors either way), for each of the 8 K/V heads.
-  const double extra = 2.0 * 32 * 16 * 2 * (128 + 8) * 4 + 2.0 * 32 * 15 * 256 + 8 * (16 - 8) * 32;
-  CHECK(split16 - packed == doctest::Approx(extra).epsilon(1e-12));
+  const std::uint64_t cache = (4096 + 8192) * 8ull * 2 * 256;  // K and V rows of 256 bytes
+  // Packed, no split: 8 blocks a sequence, each reading the length (a sector) and its sequence's whole
+  // table (8 sectors, then 16), Q's 4 rows; O's rows and 8 sectors of L written.
+  course::IoCount io = decode_model(s, {1, true}, 64);
+  CHECK(io.read_bytes == cache + 2 * 32 * 256 + 2 * 8 * 32 + 8 * (8 + 16) * 32);
+  CHECK(io.write_bytes == 2 * 32 * 256 + 2 * 8 * 32);
+  // Unpacked: 32 blocks a sequence, one query head each: the cache 4 times, the table and the
+  // length 32 times, L one sector a head.
+  io = decode_model(s, {1, false}, 64);
+  CHECK(io.read_bytes == 4 * cache + 2 * 32 * 256 + 2 * 32 * 32 + 32 * (8 + 16) * 32);
+  CHECK(io.write_bytes == 2 * 32 * 256 + 2 * 32 * 32);
+  // 16 splits: Q's rows 16 times, a length for each block and merge block, 16 table slices of one
+  // sector each (4 entries, then 8), and the partial records (32 rows × 16 × 544 bytes a sequence)
+  // written and read back.
+  io = decode_model(s, {16, true}, 64);
+  const std::uint64_t partials = 2 * 32 * 16 * 544ull;
+  CHECK(io.read_bytes == cache + 16 * 2 * 32 * 256 + 2 * 8 * 17 * 32 + 2 * 8 * 16 * 32 + partials);
+  CHECK(io.write_bytes == 2 * 32 * 256 + 2 * 8 * 32 + partials);
+  CHECK(double(cache) > 0.97 * decode_model_bytes(s, {16, true}, 64));  // the cache is nearly all, split or not
   CHECK(splits_of(4096, 64, 16).count == 16);
   CHECK(splits_of(4096, 64, 1000).count == 64);  // a split at least a page
   CHECK(splits_of(5 * 64, 64, 4).count == 3);    // pages of 2, 2, 1: none empty
@@ -182,6 +194,8 @@ TEST_CASE("bad input: clear errors") {
   const DecodeShape ok = shape(8, 4, 64, 1, {10});
   const Problem p = make_problem(ok, Dtype::fp16, 4, 3);
   CHECK_THROWS_AS(decode_counted(ok, {0, true}, p.Q_bits, p.cache), course::UsageError);
+  CHECK_THROWS_AS(decode_model(ok, {0, true}, 4), course::UsageError);
+  CHECK_THROWS_AS(decode_model(ok, {1, true}, 0), course::UsageError);  // pages of no tokens
   const DecodeShape other = shape(8, 4, 64, 1, {11});
   CHECK_THROWS_AS(decode_counted(other, {1, true}, p.Q_bits, p.cache), course::UsageError);  // lengths differ
 }
