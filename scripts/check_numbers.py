@@ -242,22 +242,6 @@ MATMUL_NAMES = {"uncoalesced": "uncoalesced", "coalesced": "coalesced", "smem_ti
 H100_RESULTS = "docs/results/h100/results.md"  # the result tables of the H100 (the README's before)
 
 
-@spec("readme-matmul", H100_RESULTS)
-def _(row, D, F):
-    n = row.num("n")
-    r = matmul(D, MATMUL_NAMES[row["variant"]], n)
-    cub = D.one("02_tiled_matmul", "cublas", "fp32", M=n, N=n, K=n)
-    out = {"ms": r.ms, "TFLOP/s": r.tflops, "× cuBLAS": r.tflops / cub.tflops,
-           "DRAM bytes": Bytes(r.dram)}
-    if r.variant == "cublas":
-        out["SM↔L2 bytes: model"] = NoNumber()
-        out["measured"] = Bytes(r.l2)
-    else:
-        out["SM↔L2 bytes: model"] = Bytes(r.io_model_bytes)
-        out["measured"] = Bytes(r.l2)
-    return out
-
-
 @spec("ch01-probe", "docs/01_naive_matmul.md")
 def _(row, D, F):
     probes = [r for r in D.rows if r.stage == "io_probe"]
@@ -305,25 +289,6 @@ def _(row, D, F):
 # stages 03-04: softmax
 def softmax(D, stage, variant, C):
     return D.one(stage, variant, "fp32", C=C)
-
-
-@spec("readme-softmax", H100_RESULTS)
-def _(row, D, F):
-    variant = row["variant"]
-    stage = "03_safe_softmax" if row["stage"] == "03" else "04_online_softmax"
-    if variant.startswith("on_chip"):
-        C, name = 4096, "on_chip"
-    elif variant.startswith("PyTorch"):
-        C, name = 1048576, "pytorch_softmax"
-    else:
-        C, name = 1048576, variant
-    r = softmax(D, stage, name, C)
-    copy = softmax(D, stage, "copy", C)
-    out = {"ms": r.ms, "GB/s": r.gbps, "× copy's GB/s": r.gbps / copy.gbps}
-    if name != "pytorch_softmax":
-        out.update({"SM↔L2 bytes: model": Bytes(r.io_model_bytes), "measured": Bytes(r.l2),
-                    "DRAM bytes": Bytes(r.dram)})
-    return out
 
 
 @spec("ch03-results", "docs/03_safe_softmax.md")
