@@ -4,9 +4,9 @@
 //
 // The work is cut as a kernel's blocks would take it. Sequence b's cache of P_b = ⌈len_b / page⌉
 // pages is cut into S_b splits of whole pages (at most `splits`, none empty). A block takes one
-// split of one K/V head for the heads that read it: all G of its query heads when packed (GQA
-// packing: each K/V row loaded once for G heads), or one query head when not (one block a query
-// head, each loading the rows itself). It reads the sequence's length (cache_seqlens[b]), its
+// split of one K/V head for some of the query rows that read it: when packed, up to tile_rows of
+// the group's G·R rows (GQA packing: each K/V row loaded once for them; ⌈G·R / tile_rows⌉ blocks
+// a group), else one query head's R rows (a block a query head, each loading the rows itself). It reads the sequence's length (cache_seqlens[b]), its
 // block-table entries, its tokens' K and V rows and its query rows; for each row it runs the
 // softmax over the keys the row sees (chapter 04's online recurrence) and writes the partial
 // (o = Σ p·v / Σ p, L = log Σ e^s): straight into O and L when S_b = 1, else into a partial record of
@@ -16,6 +16,7 @@
 // The block table is FlashAttention's: [B][max P_b] int32, padded; the lengths are [B] int32.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -27,14 +28,26 @@ namespace inference {
 
 struct DecodePlan {
   int splits = 1;          // the most parts a sequence's cache is cut into (Flash-Decoding's split-KV)
-  bool gqa_packed = true;  // a block takes a group's G query heads, loading each K/V row once; false: one head
+  bool gqa_packed = true;  // a block takes rows of a group's G query heads; false: one head's R rows
+  int tile_rows = 16;      // packed: a block's most rows (the group's G·R rows in tiles of this many)
+  // A block's rows: a run of the sequence's rows in L's order [H_q][R], all of one K/V head.
+  int block_rows(const DecodeShape& s) const {
+    return gqa_packed ? (s.group() * s.rows < tile_rows ? s.group() * s.rows : tile_rows) : s.rows;
+  }
 };
 
-// Sequence b's splits: how many (S_b) and the pages each covers (the last may have fewer).
-struct Splits {
-  int count, pages_each;
-};
+// Sequence b's splits (split_cache), with the arguments checked.
 Splits splits_of(int length, int page, int splits);
+// The floats of the partial records a launch with this plan needs: for each row (B·H_q·R), one
+// record of d + 8 floats for each of the most splits any sequence has; 0 when no sequence splits.
+std::size_t partial_floats(const DecodeShape& s, int page, int splits);
+
+// Split-KV's count for a launch: enough blocks for one wave of `resident` blocks (an SM's blocks
+// at once times the SMs) over the B sequences × `blocks_a_split` blocks of each split, but no
+// split shorter than kMinSplitTokens of the longest sequence (below that the partials' bytes
+// start to count: 1 KB a row a split against 512 bytes a token of K and V at d = 128).
+constexpr int kMinSplitTokens = 256;
+int choose_splits(const DecodeShape& s, int blocks_a_split, int resident);
 
 struct DecodeOutput {
   std::vector<std::uint16_t> O;  // [B][rows][H_q][d], the cache's dtype
@@ -45,8 +58,8 @@ struct DecodeOutput {
 DecodeOutput decode_counted(const DecodeShape& s, const DecodePlan& plan, const std::vector<std::uint16_t>& Q_bits,
                             const PagedCache& cache);
 
-// The bytes decode_counted reads and writes, from the problem alone: the cache's K and V rows (once,
-// or G times unpacked), Q's rows (once a split), O, L, the partial records written and read back
+// The bytes decode_counted reads and writes, from the problem alone: the cache's K and V rows (once
+// for each block of a group's rows: ⌈G·R / tile_rows⌉ times packed, G times unpacked), Q's rows (once a split), O, L, the partial records written and read back
 // (S_b > 1), the lengths and each block's block-table entries (in whole 32-byte sectors, as L's
 // writes are).
 course::IoCount decode_model(const DecodeShape& s, const DecodePlan& plan, int page);

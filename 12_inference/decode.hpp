@@ -10,7 +10,21 @@
 #include <string>
 #include <vector>
 
+#include "hd.hpp"
+
 namespace inference {
+
+// Split-KV's cut of one sequence: a cache of ⌈length / page⌉ pages in `count` splits of whole pages,
+// `pages_each` pages each (the last may have fewer, none is empty), at most `splits` of them. The
+// launch (choosing the grid) and each block (finding its pages) compute it alike.
+struct Splits {
+  int count, pages_each;
+};
+COURSE_HD inline Splits split_cache(int length, int page, int splits) {
+  const int pages = (length + page - 1) / page, wanted = splits < pages ? splits : pages;
+  const int each = (pages + wanted - 1) / wanted;
+  return {(pages + each - 1) / each, each};
+}
 
 struct DecodeShape {
   int heads_q = 32, heads_kv = 8, d = 128, rows = 1;

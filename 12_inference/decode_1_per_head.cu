@@ -7,14 +7,11 @@
 // What it costs: every query head reads its K/V head's cache itself, G = H_q / H_kv times in all
 // (rung 3 packs a group into one block); one block a head fills the GPU only when B·H_q blocks do
 // (rung 2 splits the cache). The model: decode_model with DecodePlan{1, false}.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cmath>
 #include <string>
-#include <type_traits>
 
 #include "check.hpp"
+#include "decode_common.cuh"
 #include "kernels.cuh"
 
 namespace inference {
@@ -22,31 +19,6 @@ namespace inference {
 namespace {
 
 constexpr int kWarps = 4, kMaxRows = 8;
-
-template <class T>
-__device__ float to_float(std::uint16_t bits) {
-  if constexpr (std::is_same_v<T, __half>) return __half2float(__ushort_as_half(bits));
-  else return __bfloat162float(__ushort_as_bfloat16(bits));
-}
-template <class T>
-__device__ std::uint16_t to_bits(float x) {
-  if constexpr (std::is_same_v<T, __half>) return __half_as_ushort(__float2half_rn(x));
-  else return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-
-// A lane's E consecutive 16-bit values (E = 2 or 4: one 4- or 8-byte load) as floats.
-template <class T, int E>
-__device__ void load_values(const std::uint16_t* p, float (&x)[E]) {
-  static_assert(E == 2 || E == 4, "a lane's share of a row: 2 or 4 values");
-  std::uint16_t v[E];
-  if constexpr (E == 4) *reinterpret_cast<uint2*>(v) = *reinterpret_cast<const uint2*>(p);
-  else *reinterpret_cast<unsigned*>(v) = *reinterpret_cast<const unsigned*>(p);
-#pragma unroll
-  for (int e = 0; e < E; ++e) x[e] = to_float<T>(v[e]);
-}
-
-// 2^(from − to), 1 when from == to (so that −∞ − (−∞) is never taken), as chapter 04's rescale.
-__device__ float rescale2(float from, float to) { return from == to ? 1.0f : exp2f(from - to); }
 
 template <class T, int D>
 __global__ void __launch_bounds__(32 * kWarps) decode_per_head(DecodeArgs a, int heads_q, int heads_kv, int rows,

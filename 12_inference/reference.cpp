@@ -1,6 +1,7 @@
 #include "reference.hpp"
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 
 #include <string>
@@ -9,14 +10,16 @@
 
 namespace inference {
 
-DecodeResult decode_reference(const DecodeShape& s, const std::vector<float>& Q, const PagedCache& cache) {
+DecodeResult decode_reference(const DecodeShape& s, const std::vector<float>& Q, const PagedCache& cache,
+                              const std::vector<int>* only) {
   s.validate();
   course::require(cache.sequences() == s.batch() && cache.heads_kv() == s.heads_kv && cache.d() == s.d,
                   "decode reference: the cache does not hold this problem's sequences and heads");
   course::require(Q.size() == s.q_elements(), "decode reference: Q holds the wrong number of values");
-  DecodeResult out{std::vector<double>(s.q_elements()), std::vector<double>(s.l_elements())};
+  DecodeResult out{std::vector<double>(s.q_elements(), NAN), std::vector<double>(s.l_elements(), NAN)};
   const double scale = 1.0 / std::sqrt(double(s.d));
   for (int b = 0; b < s.batch(); ++b) {
+    if (only && std::find(only->begin(), only->end(), b) == only->end()) continue;
     course::require(cache.length(b) == s.lengths[std::size_t(b)],
                     "decode reference: sequence " + std::to_string(b) + " has " + std::to_string(cache.length(b)) +
                         " tokens in the cache, the problem says " + std::to_string(s.lengths[std::size_t(b)]));

@@ -16,6 +16,9 @@ struct DecodeResult {
   std::vector<double> L;  // [B][H_q][rows], natural log
 };
 
-DecodeResult decode_reference(const DecodeShape& s, const std::vector<float>& Q, const PagedCache& cache);
+// `only`, if given: the sequences to compute (a program's check of a large problem); the others' O
+// and L are left NaN.
+DecodeResult decode_reference(const DecodeShape& s, const std::vector<float>& Q, const PagedCache& cache,
+                              const std::vector<int>* only = nullptr);
 
 }  // namespace inference

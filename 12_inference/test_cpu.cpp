@@ -136,8 +136,10 @@ TEST_CASE("split-KV decode matches float64, and its counted bytes equal the mode
         const DecodeResult ref = decode_reference(s, p.Q, p.cache);
         double scale = 0;
         for (double x : ref.O) scale = std::max(scale, std::abs(x));
-        for (bool packed : {true, false}) {
-          const DecodePlan plan{splits, packed};
+        // Packed in tiles of 16 rows (rung 3's), of 3 (tiles across heads), and a block a head.
+        for (const DecodePlan plan : {DecodePlan{splits, true, 16}, DecodePlan{splits, true, 3}, DecodePlan{splits, false}}) {
+          CAPTURE(plan.gqa_packed);
+          CAPTURE(plan.tile_rows);
           const DecodeOutput out = decode_counted(s, plan, p.Q_bits, p.cache);
           double err_O = 0, err_L = 0;
           for (std::size_t i = 0; i < ref.O.size(); ++i)
@@ -177,6 +179,11 @@ TEST_CASE("the model, worked out by hand: GQA packing, splits, the table and the
   CHECK(io.read_bytes == cache + 16 * 2 * 32 * 256 + 2 * 8 * 17 * 32 + 2 * 8 * 16 * 32 + partials);
   CHECK(io.write_bytes == 2 * 32 * 256 + 2 * 8 * 32 + partials);
   CHECK(double(cache) > 0.97 * decode_model_bytes(s, {16, true}, 64));  // the cache is nearly all, split or not
+  // GQA-8 with 4 speculative rows (32 rows a group) in tiles of 16: each K/V head's cache twice.
+  const DecodeShape spec = shape(64, 8, 128, 4, {4096});
+  io = decode_model(spec, {1, true, 16}, 64);
+  CHECK(io.read_bytes == 2 * 4096 * 8ull * 2 * 256 + 64 * 4 * 256 + 16 * 32 + 16 * 8 * 32);
+  CHECK(io.write_bytes == 64 * 4 * 256 + 16 * 2 * 32);  // 16 blocks' L: 16 floats, two sectors each
   CHECK(splits_of(4096, 64, 16).count == 16);
   CHECK(splits_of(4096, 64, 1000).count == 64);  // a split at least a page
   CHECK(splits_of(5 * 64, 64, 4).count == 3);    // pages of 2, 2, 1: none empty

@@ -1,6 +1,7 @@
 // Stage 12 on the GPU: each rung's decode against the float64 reference (fp16 and bf16, d = 64 and
 // 128, GQA ratios 1-8, speculative rows, ragged lengths, pages smaller than a step and larger than a
-// sequence, large logits), and bad input.
+// sequence, large logits; split-KV from one split to one a page, and the automatic count; GQA
+// packing with a group's rows over one tile and across two), and bad input.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,9 +10,11 @@
 
 #include "check.hpp"
 #include "device_buffer.hpp"
+#include "algorithm.hpp"
 #include "inputs.hpp"
 #include "kernels.cuh"
 #include "paged_cache.hpp"
+#include "testing/sanitizer.hpp"
 #include "reference.hpp"
 
 using namespace inference;
@@ -24,11 +27,48 @@ struct Case {
   std::vector<int> lengths;
 };
 
+enum class Rung { per_head, split_kv, gqa };
+const char* name(Rung r) { return r == Rung::per_head ? "per_head" : r == Rung::split_kv ? "split_kv" : "gqa"; }
+
+// The error (relative to the largest |O|) of the same attention with P̃ = e^(s − m) rounded to the
+// dtype before P̃·V, as the tensor-core rung does, the row sum l from the unrounded P̃: how far
+// that rounding alone moves O from the reference. In float64, over the gathered cache.
+double rounded_p_error(const DecodeShape& s, const std::vector<float>& Q, const PagedCache& cache, Dtype t,
+                       const DecodeResult& ref, double scale_O) {
+  double worst = 0;
+  std::vector<double> sc, o(std::size_t(s.d));
+  for (int b = 0; b < s.batch(); ++b)
+    for (int hq = 0; hq < s.heads_q; ++hq)
+      for (int r = 0; r < s.rows; ++r) {
+        const int h = hq / s.group(), keys = s.last_key(b, r) + 1;
+        sc.assign(std::size_t(keys), 0.0);
+        double m = -INFINITY;
+        for (int j = 0; j < keys; ++j) {
+          double dot = 0;
+          for (int e = 0; e < s.d; ++e) dot += double(Q[s.q_at(b, r, hq) + std::size_t(e)]) * cache.K()[cache.at(b, j, h) + std::size_t(e)];
+          sc[std::size_t(j)] = dot / std::sqrt(double(s.d));
+          m = std::max(m, sc[std::size_t(j)]);
+        }
+        double l = 0;
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int j = 0; j < keys; ++j) {
+          const double p = std::exp(sc[std::size_t(j)] - m), pr = course::round_to(t, float(p));
+          l += p;
+          for (int e = 0; e < s.d; ++e) o[std::size_t(e)] += pr * cache.V()[cache.at(b, j, h) + std::size_t(e)];
+        }
+        for (int e = 0; e < s.d; ++e)
+          worst = std::max(worst, std::abs(o[std::size_t(e)] / l - ref.O[s.q_at(b, r, hq) + std::size_t(e)]) / scale_O);
+      }
+  return worst;
+}
+
 // The problem on the CPU (cache filled in ragged appends), its reference, the run on the GPU, and
-// the errors of O (relative to the largest |O|) and of L.
-void check_case(const Case& c, Dtype t, float q_scale) {
+// the errors of O (relative to the largest |O|) and of L. splits: split-KV's most parts (0: auto).
+void check_case(const Case& c, Dtype t, float q_scale, Rung rung = Rung::per_head, int splits = 1) {
   DecodeShape s;
   s.heads_q = c.hq, s.heads_kv = c.hkv, s.d = c.d, s.rows = c.rows, s.lengths = c.lengths;
+  if (course::testing::under_sanitizer())  // shorter caches (still across pages and splits) under the sanitizers
+    for (int& len : s.lengths) len = std::min(len, std::max(c.rows, 300));
   int pages = 0, stride = 1;
   for (int len : s.lengths) pages += (len + c.page - 1) / c.page, stride = std::max(stride, (len + c.page - 1) / c.page);
   const std::uint64_t seed = course::fresh_seed();
@@ -56,7 +96,12 @@ void check_case(const Case& c, Dtype t, float q_scale) {
   O.upload(std::vector<std::uint16_t>(s.q_elements(), 0x7e00));  // NaN in fp16 (and a large bf16): unwritten fails
   L.upload(std::vector<float>(s.l_elements(), NAN));
   const DecodeArgs a{K.get(), V.get(), T.get(), stride, N.get(), c.page, dQ.get(), O.get(), L.get()};
-  launch_decode_per_head(s, t, a);
+  if (splits == 0) splits = rung == Rung::gqa ? auto_splits_gqa(s) : auto_splits_split_kv(s);
+  course::DeviceBuffer<float> partial(std::max<std::size_t>(1, partial_floats(s, c.page, splits)));
+  partial.upload(std::vector<float>(partial.size(), NAN));  // a record read before it is written fails
+  if (rung == Rung::per_head) launch_decode_per_head(s, t, a);
+  if (rung == Rung::split_kv) launch_decode_split_kv(s, t, a, {splits, partial.get()});
+  if (rung == Rung::gqa) launch_decode_gqa(s, t, a, {splits, partial.get()});
   CUDA_CHECK(cudaDeviceSynchronize());
   const auto O_h = O.download();
   const auto L_h = L.download();
@@ -76,8 +121,13 @@ void check_case(const Case& c, Dtype t, float q_scale) {
   CAPTURE(std::string(course::name(t)));
   CAPTURE(q_scale);
   CAPTURE(seed);
-  // O: its own rounding to the dtype and float sums; L in float (exp2 and log in the kernel).
-  CHECK(err_O <= course::unit_roundoff(t) + 1e-4);
+  CAPTURE(name(rung));
+  CAPTURE(splits);
+  // O: its own rounding to the dtype and float sums, and for gqa twice the error that rounding P̃
+  // to the dtype alone makes; L in float (exp2 and log in the kernel).
+  const double p_rounding = rung == Rung::gqa ? rounded_p_error(s, Q, cache, t, ref, scale) : 0.0;
+  CAPTURE(p_rounding);
+  CHECK(err_O <= course::unit_roundoff(t) + 2 * p_rounding + 1e-4);
   CHECK(err_L <= 1e-5);
 }
 
@@ -96,6 +146,40 @@ TEST_CASE("per_head matches float64: fp16 and bf16, d = 64 and 128, GQA, specula
       check_case(c, t, 1.0f);
       check_case(c, t, 30.0f);  // logits whose exp overflows a float
     }
+}
+
+TEST_CASE("split_kv and gqa match float64: one split to one a page, automatic, GQA over one tile and two") {
+  const std::vector<Case> cases = {
+      {4, 4, 64, 1, 16, {1, 16, 17, 300}},         // MHA; a one-token cache; a page's edge
+      {8, 1, 128, 1, 64, {1000}},                   // GQA-8 (MQA), one sequence
+      {32, 8, 128, 4, 16, {4, 5, 129, 2000}},       // 16 rows a group: one tile; speculative rows
+      {64, 8, 128, 4, 32, {700, 33, 4}},            // 32 rows a group: two tiles; a cache of just the rows
+      {20, 4, 64, 4, 8, {250, 77}},                 // 20 rows a group: a tile of 16 and one of 4, across heads
+      {6, 2, 64, 5, 2, {5, 6, 33}},                 // pages smaller than the step; last splits of one token
+  };
+  for (const Case& c : cases)
+    for (Dtype t : {Dtype::fp16, Dtype::bf16})
+      for (Rung rung : {Rung::split_kv, Rung::gqa}) {
+        if (rung == Rung::split_kv && c.rows > 8) continue;
+        for (int splits : {1, 3, 1000, 0}) check_case(c, t, splits == 3 ? 30.0f : 1.0f, rung, splits);
+      }
+}
+
+TEST_CASE("split_kv and gqa: bad input gets a clear error before any launch") {
+  DecodeShape s;
+  s.heads_q = 8, s.heads_kv = 2, s.d = 128, s.rows = 1, s.lengths = {100};
+  const DecodeArgs a{nullptr, nullptr, nullptr, 7, nullptr, 16, nullptr, nullptr, nullptr};
+  for (auto launch : {launch_decode_split_kv, launch_decode_gqa}) {
+    CHECK_THROWS_AS(launch(s, Dtype::fp32, a, {1, nullptr}), course::UsageError);
+    CHECK_THROWS_AS(launch(s, Dtype::fp16, a, {-1, nullptr}), course::UsageError);
+    CHECK_THROWS_AS(launch(s, Dtype::fp16, a, {4, nullptr}), course::UsageError);  // 4 splits, no records' buffer
+    DecodeShape wide = s;
+    wide.d = 96;
+    CHECK_THROWS_AS(launch(wide, Dtype::bf16, a, {1, nullptr}), course::UsageError);
+  }
+  DecodeShape many = s;
+  many.rows = 9;
+  CHECK_THROWS_AS(launch_decode_split_kv(many, Dtype::fp16, a, {1, nullptr}), course::UsageError);
 }
 
 TEST_CASE("per_head: bad input gets a clear error before any launch") {
