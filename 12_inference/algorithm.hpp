@@ -42,7 +42,7 @@ Splits splits_of(int length, int page, int splits);
 // record of d + 8 floats for each of the most splits any sequence has; 0 when no sequence splits.
 std::size_t partial_floats(const DecodeShape& s, int page, int splits);
 
-// Split-KV's count for a launch: enough blocks for one wave of `resident` blocks (an SM's blocks
+// Split-KV's count for a launch: as many blocks as fit in one wave of `resident` blocks (an SM's blocks
 // at once times the SMs) over the B sequences × `blocks_a_split` blocks of each split, but no
 // split shorter than kMinSplitTokens of the longest sequence (below that the partials' bytes
 // start to count: 1 KB a row a split against 512 bytes a token of K and V at d = 128).
