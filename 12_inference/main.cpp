@@ -63,10 +63,12 @@ const attention::Registry<DecodeVariant>& registry() {
 
 const std::string kCopy = "copy";  // the yardstick: a device-to-device copy of the K pool
 
-// Sequence b's length: the longest is `context`, the others shorter by equal steps down to a half.
-std::vector<int> lengths_of(int batch, int context, int rows) {
+// Sequence b's length: the longest is `context`, the others shorter by equal steps down to a half
+// (all `context` long when `equal`: the dense batch SDPA's peer takes).
+std::vector<int> lengths_of(int batch, int context, int rows, bool equal) {
   std::vector<int> out;
-  for (int b = 0; b < batch; ++b) out.push_back(std::max(rows, context - int((long long)b * context / (2 * batch))));
+  for (int b = 0; b < batch; ++b)
+    out.push_back(equal ? context : std::max(rows, context - int((long long)b * context / (2 * batch))));
   return out;
 }
 
@@ -99,6 +101,7 @@ int main(int argc, char** argv) {
   course::CommonOptions options;
   std::vector<int> batches = {1}, heads_qs = {32}, contexts = {8192};
   int heads_kv = 8, d = 128, rows = 1, page = 64;
+  bool equal = false;
   std::vector<std::string> splits_text = {"auto"}, dtype_text = {"fp16"};
   double count_limit = double(1 << 28);
   course::add_common_options(app, options);
@@ -111,6 +114,7 @@ int main(int argc, char** argv) {
   app.add_option("--context", contexts, "the longest sequence's tokens, the others shorter down to a half (several: a problem each)")
       ->delimiter(',')
       ->check(course::whole_number(1));
+  app.add_flag("--equal", equal, "every sequence --context tokens long (the peer's dense batch)");
   app.add_option("--splits", splits_text, "split-KV's most parts a sequence for rungs 2 and 3: a number or auto (from the SM count; GPU only); several, a row each")
       ->delimiter(',');
   app.add_option("--dtype", dtype_text, "the cache's and Q's dtype: fp16, bf16 (several)")->delimiter(',')->check(CLI::IsMember({"fp16", "bf16"}));
@@ -150,7 +154,7 @@ int main(int argc, char** argv) {
         for (const std::string& dt : dtype_text) {
           const Dtype t = dt == "bf16" ? Dtype::bf16 : Dtype::fp16;
           DecodeShape base;
-          base.heads_kv = heads_kv, base.d = d, base.rows = rows, base.lengths = lengths_of(batch, context, rows);
+          base.heads_kv = heads_kv, base.d = d, base.rows = rows, base.lengths = lengths_of(batch, context, rows, equal);
           base.heads_q = heads_kv;
           base.validate();
           // The cache, shared by every H_q: each sequence's tokens appended from a shuffled pool.
@@ -170,6 +174,7 @@ int main(int argc, char** argv) {
           for (int b = 0; b < batch; ++b) stride = std::max(stride, int(cache.table(b).size()));
           std::vector<int> table(std::size_t(batch) * stride, 0);
           for (int b = 0; b < batch; ++b) std::copy(cache.table(b).begin(), cache.table(b).end(), table.begin() + std::ptrdiff_t(b) * stride);
+          check_block_table(table, stride, base.lengths, page, pages);
 #if COURSE_HAS_CUDA
           std::optional<course::DeviceBuffer<std::uint16_t>> dK, dV;
           std::optional<course::DeviceBuffer<int>> dT, dN;

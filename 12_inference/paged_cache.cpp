@@ -65,4 +65,26 @@ void PagedCache::append(int seq, const float* k, const float* v, int tokens) {
   }
 }
 
+void check_block_table(const std::vector<int>& table, int stride, const std::vector<int>& lengths, int page,
+                       int pages) {
+  course::require(page >= 1 && pages >= 1 && stride >= 1,
+                  "block table: the page size, the pool's pages and the table's row must be >= 1");
+  course::require(table.size() == lengths.size() * std::size_t(stride),
+                  "block table: " + std::to_string(table.size()) + " entries for " + std::to_string(lengths.size()) +
+                      " sequences of " + std::to_string(stride) + " a row");
+  for (std::size_t b = 0; b < lengths.size(); ++b) {
+    const long long used = (static_cast<long long>(lengths[b]) + page - 1) / page;
+    course::require(lengths[b] >= 0 && used <= stride,
+                    "block table: sequence " + std::to_string(b) + " holds " + std::to_string(lengths[b]) +
+                        " tokens, " + std::to_string(used) + " pages of " + std::to_string(page) + ", its row " +
+                        std::to_string(stride));
+    for (long long i = 0; i < used; ++i) {
+      const int p = table[b * std::size_t(stride) + std::size_t(i)];
+      course::require(p >= 0 && p < pages, "block table: sequence " + std::to_string(b) + ", entry " +
+                                               std::to_string(i) + " names page " + std::to_string(p) +
+                                               ", outside the pool's 0.." + std::to_string(pages - 1));
+    }
+  }
+}
+
 }  // namespace inference

@@ -54,4 +54,12 @@ class PagedCache {
   std::vector<int> lengths_;
 };
 
+// A block table as the kernels take it (kernels.cuh: [B][stride] int32, FlashAttention's padded
+// form, with the lengths beside it), checked against a pool of `pages` pages of `page` tokens: each
+// sequence's ⌈length / page⌉ pages fit in its row, and each names a page of the pool. A kernel
+// trusts the table (a bad entry would read outside the pool), so a table that did not come from
+// PagedCache goes through this first. Throws course::UsageError naming the first bad entry.
+void check_block_table(const std::vector<int>& table, int stride, const std::vector<int>& lengths, int page,
+                       int pages);
+
 }  // namespace inference

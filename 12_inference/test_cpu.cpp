@@ -206,3 +206,21 @@ TEST_CASE("bad input: clear errors") {
   const DecodeShape other = shape(8, 4, 64, 1, {11});
   CHECK_THROWS_AS(decode_counted(other, {1, true}, p.Q_bits, p.cache), course::UsageError);  // lengths differ
 }
+
+TEST_CASE("bad input: a block table checked before a kernel trusts it") {
+  // Two sequences of 10 and 3 tokens in pages of 4: 3 and 1 pages, rows of 3, a pool of 5 pages.
+  const std::vector<int> lengths = {10, 3};
+  std::vector<int> table = {4, 0, 2, 1, -7, -7};  // row 1 padded past its one page: never read
+  CHECK_NOTHROW(check_block_table(table, 3, lengths, 4, 5));
+  table[2] = 5;  // one past the pool
+  CHECK_THROWS_WITH_AS(check_block_table(table, 3, lengths, 4, 5),
+                       doctest::Contains("sequence 0, entry 2 names page 5"), course::UsageError);
+  table[2] = 2, table[3] = -1;  // a negative page where sequence 1's one page should be
+  CHECK_THROWS_WITH_AS(check_block_table(table, 3, lengths, 4, 5),
+                       doctest::Contains("sequence 1, entry 0 names page -1"), course::UsageError);
+  table[3] = 1;
+  CHECK_THROWS_WITH_AS(check_block_table(table, 3, {13, 3}, 4, 5),  // 13 tokens need 4 pages, the row has 3
+                       doctest::Contains("sequence 0 holds 13 tokens"), course::UsageError);
+  CHECK_THROWS_AS(check_block_table(table, 2, lengths, 4, 5), course::UsageError);  // 6 entries, rows of 2
+  CHECK_THROWS_AS(check_block_table(table, 3, lengths, 0, 5), course::UsageError);  // pages of no tokens
+}
