@@ -136,7 +136,7 @@ void launch_decode_split_kv(const DecodeShape& s, course::Dtype t, const DecodeA
     else decode_split_kv<__nv_bfloat16, 128><<<grid, 32 * kWarps>>>(a, sa, slots, s.heads_q, s.heads_kv, s.rows, scale_log2);
   }
   CUDA_CHECK_LAUNCH();
-  if (slots > 1) launch_decode_merge(s, t, a, sa, s.rows);
+  if (slots > 1) launch_decode_merge(s, t, a, sa);
 }
 
 }  // namespace inference

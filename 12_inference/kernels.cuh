@@ -1,8 +1,9 @@
 // Stage 12's kernels (device pointers; the layouts of decode.hpp and paged_cache.hpp). Each launcher
 // checks the problem and throws course::UsageError before launching. One launcher a rung:
-//   per_head  (decode_1_per_head.cu)  one block a (sequence, query head), a loop over its cache
-//   split_kv  (decode_2_split_kv.cu)  the same block a split of the cache, then a merge by ⊕
-//   gqa       (decode_3_gqa.cu)       a block a split and up to 16 rows of a group, on the tensor cores
+//   per_head    (decode_1_per_head.cu)    one block a (sequence, query head), a loop over its cache
+//   split_kv    (decode_2_split_kv.cu)    the same block a split of the cache, then a merge by ⊕
+//   gqa         (decode_3_gqa.cu)         a block a split and up to 16 rows of a group, on the tensor cores
+//   persistent  (decode_4_persistent.cu)  one wave of blocks walking rung 3's items, one ring across them
 // and the merge of split-KV's partials (decode_merge.cu), which rungs 2 and 3 launch after theirs.
 #pragma once
 
@@ -38,15 +39,16 @@ struct SplitArgs {
 };
 void launch_decode_split_kv(const DecodeShape& s, course::Dtype t, const DecodeArgs& a, const SplitArgs& split);
 void launch_decode_gqa(const DecodeShape& s, course::Dtype t, const DecodeArgs& a, const SplitArgs& split);
+void launch_decode_persistent(const DecodeShape& s, course::Dtype t, const DecodeArgs& a, const SplitArgs& split);
 
 // The splits a rung takes for `splits` = 0 on this GPU: choose_splits (algorithm.hpp) with the
 // rung's blocks a split and how many of its blocks an SM holds at once.
 int auto_splits_split_kv(const DecodeShape& s);
 int auto_splits_gqa(const DecodeShape& s);
+int auto_splits_persistent(const DecodeShape& s);  // about 4 items a block
 
 // Rungs 2 and 3's second kernel: for each sequence whose cache was split, each row's partial
-// records merged by ⊕ into O and L. block_rows: the rows of one of the rung's blocks (DecodePlan).
-void launch_decode_merge(const DecodeShape& s, course::Dtype t, const DecodeArgs& a, const SplitArgs& split,
-                         int block_rows);
+// records merged by ⊕ into O and L.
+void launch_decode_merge(const DecodeShape& s, course::Dtype t, const DecodeArgs& a, const SplitArgs& split);
 
 }  // namespace inference

@@ -57,7 +57,9 @@ const attention::Registry<DecodeVariant>& registry() {
        {{"split_kv", dt, {64, 128}, "rung 2: the cache split across blocks (Flash-Decoding), merged by ⊕"},
         false, true COURSE_LAUNCH(launch_decode_split_kv, auto_splits_split_kv)},
        {{"gqa", dt, {64, 128}, "rung 3: a block a split and 16 rows of a group on the tensor cores"},
-        true, true COURSE_LAUNCH(launch_decode_gqa, auto_splits_gqa)}});
+        true, true COURSE_LAUNCH(launch_decode_gqa, auto_splits_gqa)},
+       {{"persistent", dt, {64, 128}, "rung 4: one wave of blocks walks rung 3's items, one cp.async ring across them"},
+        true, true COURSE_LAUNCH(launch_decode_persistent, auto_splits_persistent)}});
   return r;
 }
 

@@ -27,8 +27,10 @@ struct Case {
   std::vector<int> lengths;
 };
 
-enum class Rung { per_head, split_kv, gqa };
-const char* name(Rung r) { return r == Rung::per_head ? "per_head" : r == Rung::split_kv ? "split_kv" : "gqa"; }
+enum class Rung { per_head, split_kv, gqa, persistent };
+const char* name(Rung r) {
+  return r == Rung::per_head ? "per_head" : r == Rung::split_kv ? "split_kv" : r == Rung::gqa ? "gqa" : "persistent";
+}
 
 // The error (relative to the largest |O|) of the same attention with P̃ = e^(s − m) rounded to the
 // dtype before P̃·V, as the tensor-core rung does, the row sum l from the unrounded P̃: how far
@@ -96,12 +98,16 @@ void check_case(const Case& c, Dtype t, float q_scale, Rung rung = Rung::per_hea
   O.upload(std::vector<std::uint16_t>(s.q_elements(), 0x7e00));  // NaN in fp16 (and a large bf16): unwritten fails
   L.upload(std::vector<float>(s.l_elements(), NAN));
   const DecodeArgs a{K.get(), V.get(), T.get(), stride, N.get(), c.page, dQ.get(), O.get(), L.get()};
-  if (splits == 0) splits = rung == Rung::gqa ? auto_splits_gqa(s) : auto_splits_split_kv(s);
+  if (splits == 0)
+    splits = rung == Rung::gqa          ? auto_splits_gqa(s)
+             : rung == Rung::persistent ? auto_splits_persistent(s)
+                                        : auto_splits_split_kv(s);
   course::DeviceBuffer<float> partial(std::max<std::size_t>(1, partial_floats(s, c.page, splits)));
   partial.upload(std::vector<float>(partial.size(), NAN));  // a record read before it is written fails
   if (rung == Rung::per_head) launch_decode_per_head(s, t, a);
   if (rung == Rung::split_kv) launch_decode_split_kv(s, t, a, {splits, partial.get()});
   if (rung == Rung::gqa) launch_decode_gqa(s, t, a, {splits, partial.get()});
+  if (rung == Rung::persistent) launch_decode_persistent(s, t, a, {splits, partial.get()});
   CUDA_CHECK(cudaDeviceSynchronize());
   const auto O_h = O.download();
   const auto L_h = L.download();
@@ -123,9 +129,10 @@ void check_case(const Case& c, Dtype t, float q_scale, Rung rung = Rung::per_hea
   CAPTURE(seed);
   CAPTURE(name(rung));
   CAPTURE(splits);
-  // O: its own rounding to the dtype and float sums, and for gqa twice the error that rounding P̃
-  // to the dtype alone makes; L in float (exp2 and log in the kernel).
-  const double p_rounding = rung == Rung::gqa ? rounded_p_error(s, Q, cache, t, ref, scale) : 0.0;
+  // O: its own rounding to the dtype and float sums, and for the tensor-core rungs twice the error
+  // that rounding P̃ to the dtype alone makes; L in float (exp2 and log in the kernel).
+  const bool tensor_cores = rung == Rung::gqa || rung == Rung::persistent;
+  const double p_rounding = tensor_cores ? rounded_p_error(s, Q, cache, t, ref, scale) : 0.0;
   CAPTURE(p_rounding);
   CHECK(err_O <= course::unit_roundoff(t) + 2 * p_rounding + 1e-4);
   CHECK(err_L <= 1e-5);
@@ -148,7 +155,7 @@ TEST_CASE("per_head matches float64: fp16 and bf16, d = 64 and 128, GQA, specula
     }
 }
 
-TEST_CASE("split_kv and gqa match float64: one split to one a page, automatic, GQA over one tile and two") {
+TEST_CASE("split_kv, gqa and persistent match float64: one split to one a page, automatic, GQA over one tile and two") {
   const std::vector<Case> cases = {
       {4, 4, 64, 1, 16, {1, 16, 17, 300}},         // MHA; a one-token cache; a page's edge
       {8, 1, 128, 1, 64, {1000}},                   // GQA-8 (MQA), one sequence
@@ -159,17 +166,17 @@ TEST_CASE("split_kv and gqa match float64: one split to one a page, automatic, G
   };
   for (const Case& c : cases)
     for (Dtype t : {Dtype::fp16, Dtype::bf16})
-      for (Rung rung : {Rung::split_kv, Rung::gqa}) {
+      for (Rung rung : {Rung::split_kv, Rung::gqa, Rung::persistent}) {  // persistent: up to 4,000 items
         if (rung == Rung::split_kv && c.rows > 8) continue;
         for (int splits : {1, 3, 1000, 0}) check_case(c, t, splits == 3 ? 30.0f : 1.0f, rung, splits);
       }
 }
 
-TEST_CASE("split_kv and gqa: bad input gets a clear error before any launch") {
+TEST_CASE("split_kv, gqa and persistent: bad input gets a clear error before any launch") {
   DecodeShape s;
   s.heads_q = 8, s.heads_kv = 2, s.d = 128, s.rows = 1, s.lengths = {100};
   const DecodeArgs a{nullptr, nullptr, nullptr, 7, nullptr, 16, nullptr, nullptr, nullptr};
-  for (auto launch : {launch_decode_split_kv, launch_decode_gqa}) {
+  for (auto launch : {launch_decode_split_kv, launch_decode_gqa, launch_decode_persistent}) {
     CHECK_THROWS_AS(launch(s, Dtype::fp32, a, {1, nullptr}), course::UsageError);
     CHECK_THROWS_AS(launch(s, Dtype::fp16, a, {-1, nullptr}), course::UsageError);
     CHECK_THROWS_AS(launch(s, Dtype::fp16, a, {4, nullptr}), course::UsageError);  // 4 splits, no records' buffer

@@ -5,17 +5,18 @@
     python3 scripts/decode_table.py splits splits.csv
 
 ladder: a row a problem (B, H_q, context, dtype, rows), each rung's GB/s (the model's bytes over the
-median time) and the copy's, the last rung against the copy; with --peers, the fastest SDPA backend
-and layout on a dense cache of the same B, H_q and context, by GB/s (its own cache's bytes over its
-time: for B > 1 its sequences are all `context` long, ours shorter down to a half, so only the rates
-compare), and the last rung's rate against it. splits: time and GB/s against the split count.
+median time) and the copy's (the rungs the CSV has), the last of them against the copy; with
+--peers, the fastest SDPA backend and layout on a dense cache of the same B, H_q and context, by
+GB/s (its own cache's bytes over its time: for B > 1 its sequences are all `context` long, ours
+too when the program ran with --equal, else shorter down to a half and only the rates compare),
+and the last rung's rate against it. splits: time and GB/s against the split count.
 A markdown table on stdout."""
 import argparse
 import csv
 import re
 import sys
 
-RUNGS = ["per_head", "split_kv", "gqa"]
+RUNGS = ["per_head", "split_kv", "gqa", "persistent"]
 
 
 def fields(shape):
@@ -44,9 +45,12 @@ def ladder(rows, peers):
         k = cell_key(r)
         if k not in best or float(r["gbps"]) > float(best[k]["gbps"]):
             best[k] = r
-    head = "| B | H_q / H_kv | context | dtype | " + " | ".join(f"`{v}` GB/s" for v in RUNGS) + " | copy GB/s | `gqa` / copy |"
+    present = {r["variant"] for r in rows if r["ms"]}
+    rungs = [v for v in RUNGS if v in present]  # the rungs in the data, in the ladder's order
+    top = rungs[-1] if rungs else "gqa"
+    head = "| B | H_q / H_kv | context | dtype | " + " | ".join(f"`{v}` GB/s" for v in rungs) + f" | copy GB/s | `{top}` / copy |"
     if peers:
-        head += " SDPA (fastest) GB/s | `gqa` / SDPA |"
+        head += f" SDPA (fastest) GB/s | `{top}` / SDPA |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for k in order:
@@ -59,16 +63,16 @@ def ladder(rows, peers):
             m = re.search(r"splits=(\S+)", c[v]["shape"]) if v in c else None
             return f" ({m.group(1).replace('(auto)', ' auto')})" if m and v != "per_head" else ""
         out = [str(B), f"{Hq} / {Hkv}", f"{N // 1024}k" if N % 1024 == 0 else str(N), dt + (f" R={R}" if R > 1 else "")]
-        for v in RUNGS:
+        for v in rungs:
             out.append(f"{gbps(v):,.0f}{splits(v)}" if gbps(v) else "n/a")
         out.append(f"{gbps('copy'):,.0f}" if gbps("copy") else "n/a")
-        out.append(f"{gbps('gqa') / gbps('copy'):.2f}" if gbps("gqa") and gbps("copy") else "n/a")
+        out.append(f"{gbps(top) / gbps('copy'):.2f}" if gbps(top) and gbps("copy") else "n/a")
         if peers:
             p = best.get(k)
             if p:
                 name = p["variant"].replace("sdpa_", "")
                 out.append(f"{float(p['gbps']):,.0f} ({name})")
-                out.append(f"{gbps('gqa') / float(p['gbps']):.2f}" if gbps("gqa") else "n/a")
+                out.append(f"{gbps(top) / float(p['gbps']):.2f}" if gbps(top) else "n/a")
             else:
                 out += ["n/a", "n/a"]
         print("| " + " | ".join(out) + " |")
