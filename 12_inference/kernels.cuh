@@ -4,7 +4,7 @@
 //   split_kv    (decode_2_split_kv.cu)    the same block a split of the cache, then a merge by ⊕
 //   gqa         (decode_3_gqa.cu)         a block a split and up to 16 rows of a group, on the tensor cores
 //   persistent  (decode_4_persistent.cu)  one wave of blocks walking rung 3's items, one ring across them
-// and the merge of split-KV's partials (decode_merge.cu), which rungs 2 and 3 launch after theirs.
+// and the merge of split-KV's partials (decode_merge.cu), which rungs 2–4 launch after theirs.
 #pragma once
 
 #include <cstdint>

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(course::whole_number(1));
   app.add_flag("--equal", equal, "every sequence --context tokens long (the peer's dense batch)");
-  app.add_option("--splits", splits_text, "split-KV's most parts a sequence for rungs 2 and 3: a number or auto (from the SM count; GPU only); several, a row each")
+  app.add_option("--splits", splits_text, "split-KV's most parts a sequence for rungs 2-4: a number or auto (from the SM count; GPU only); several, a row each")
       ->delimiter(',');
   app.add_option("--dtype", dtype_text, "the cache's and Q's dtype: fp16, bf16 (several)")->delimiter(',')->check(CLI::IsMember({"fp16", "bf16"}));
   app.add_option("--count-limit", count_limit, "count IO on the CPU up to this Σlen·H_q·rows·d")->check(course::number(0));
