@@ -26,12 +26,6 @@ int max_pages(const DecodeShape& s, int page) {
   return most;
 }
 
-int max_splits(const DecodeShape& s, int page, int splits) {
-  int most = 1;
-  for (int len : s.lengths) most = std::max(most, splits_of(len, page, splits).count);
-  return most;
-}
-
 void check_plan(const DecodePlan& plan, int page) {
   course::require(plan.splits >= 1, "decode: at least one split, not " + std::to_string(plan.splits));
   course::require(plan.tile_rows >= 1, "decode: a block takes at least one row, not " + std::to_string(plan.tile_rows));
@@ -56,6 +50,12 @@ std::vector<Block> blocks_of(const DecodeShape& s, const DecodePlan& plan) {
 Splits splits_of(int length, int page, int splits) {
   course::require(page >= 1 && splits >= 1 && length >= 1, "splits_of: length, page and splits must be >= 1");
   return split_cache(length, page, splits);
+}
+
+int max_splits(const DecodeShape& s, int page, int splits) {
+  int most = 1;
+  for (int len : s.lengths) most = std::max(most, splits_of(len, page, splits).count);
+  return most;
 }
 
 int choose_splits(const DecodeShape& s, int blocks_a_split, int resident) {

@@ -38,6 +38,8 @@ struct DecodePlan {
 
 // Sequence b's splits (split_cache), with the arguments checked.
 Splits splits_of(int length, int page, int splits);
+// The most splits of any sequence: a split-KV grid's first dimension and the partial records' slots.
+int max_splits(const DecodeShape& s, int page, int splits);
 // The floats of the partial records a launch with this plan needs: for each row (B·H_q·R), one
 // record of d + 8 floats for each of the most splits any sequence has; 0 when no sequence splits.
 std::size_t partial_floats(const DecodeShape& s, int page, int splits);

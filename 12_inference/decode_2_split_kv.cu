@@ -94,13 +94,6 @@ __global__ void __launch_bounds__(32 * kWarps) decode_split_kv(DecodeArgs a, Spl
   }
 }
 
-// The most splits of any sequence: the grid's first dimension and the records' slots.
-int slots_of(const DecodeShape& s, int page, int splits) {
-  int most = 1;
-  for (int len : s.lengths) most = std::max(most, split_cache(len, page, splits).count);
-  return most;
-}
-
 }  // namespace
 
 int auto_splits_split_kv(const DecodeShape& s) {
@@ -122,7 +115,7 @@ void launch_decode_split_kv(const DecodeShape& s, course::Dtype t, const DecodeA
   course::require(split.splits >= 0, "split_kv (stage 12): splits must be >= 0 (0: auto), not " + std::to_string(split.splits));
   SplitArgs sa = split;
   if (sa.splits == 0) sa.splits = auto_splits_split_kv(s);
-  const int slots = slots_of(s, a.page, sa.splits);
+  const int slots = max_splits(s, a.page, sa.splits);
   course::require(slots == 1 || sa.partial != nullptr,
                   "split_kv (stage 12): " + std::to_string(slots) + " splits need the partial records' buffer");
   const dim3 grid(slots, s.heads_q, s.batch());

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "algorithm.hpp"
 #include "check.hpp"
 #include "decode_common.cuh"
 #include "kernels.cuh"
@@ -95,8 +96,7 @@ void launch_decode_merge(const DecodeShape& s, course::Dtype t, const DecodeArgs
   course::require(split.splits >= 1 && split.partial != nullptr,
                   "decode merge (stage 12): a split count and the partial records");
   course::require(s.d == 64 || s.d == 128, "decode merge (stage 12) runs d = 64 or 128, not d = " + std::to_string(s.d));
-  int slots = 1;
-  for (int len : s.lengths) slots = std::max(slots, split_cache(len, a.page, split.splits).count);
+  const int slots = max_splits(s, a.page, split.splits);
   const dim3 grid(s.heads_q * s.rows, s.batch());
   const bool half = t == course::Dtype::fp16;
   if (s.d == 64) {

@@ -5,11 +5,11 @@
 // written. Device code of stage 12.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "../06_flash_v2/tc_common.cuh"
+#include "algorithm.hpp"
 #include "check.hpp"
 #include "decode_common.cuh"
 #include "kernels.cuh"
@@ -147,7 +147,7 @@ inline Launch check_launch(const std::string& rung, const DecodeShape& s, course
   course::require(split.splits >= 0, who + ": splits must be >= 0 (0: auto), not " + std::to_string(split.splits));
   Launch l{split, 1, s.heads_kv * ((s.group() * s.rows + kRows - 1) / kRows)};
   if (l.sa.splits == 0) l.sa.splits = auto_splits(s);
-  for (int len : s.lengths) l.slots = std::max(l.slots, split_cache(len, a.page, l.sa.splits).count);
+  l.slots = max_splits(s, a.page, l.sa.splits);
   course::require(l.slots == 1 || l.sa.partial != nullptr,
                   who + ": " + std::to_string(l.slots) + " splits need the partial records' buffer");
   return l;

@@ -47,7 +47,7 @@ int auto_splits_split_kv(const DecodeShape& s);
 int auto_splits_gqa(const DecodeShape& s);
 int auto_splits_persistent(const DecodeShape& s);  // about 4 items a block
 
-// Rungs 2 and 3's second kernel: for each sequence whose cache was split, each row's partial
+// Rungs 2–4's second kernel: for each sequence whose cache was split, each row's partial
 // records merged by ⊕ into O and L.
 void launch_decode_merge(const DecodeShape& s, course::Dtype t, const DecodeArgs& a, const SplitArgs& split);
 

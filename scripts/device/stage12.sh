@@ -1,24 +1,23 @@
 #!/usr/bin/env bash
 # Stage 12 on the GPU machine, in one call: build stage 12, then the steps named in STEPS
 # (comma-separated, in this order):
-#   test      the stage's GPU tests, every case in a process of its own (scripts/run_gpu_cases.sh)
-#   sanitize  compute-sanitizer's four tools on the GPU tests at once (COURSE_SANITIZER=1: short caches)
 #   ladder    the decode ladder (VARIANTS, default every rung but per_head, and the copy) over ragged
 #             batches: B = 1 at 8k, 32k, 128k; B = 8 at 8k, 64k; B = 64 at 8k; H_q = 8, 32, 64, H_kv = 8,
 #             d = 128, fp16, auto splits: ladder.csv
 #   peers     the same rungs on equal lengths (--equal: the dense batch SDPA takes), B = 1 and 8 at 8k
 #             and 32k, then SDPA's decode (scripts/peers/torch_decode.py) on the same problems: peers.csv
-#   splits    split counts 1..64 for gqa at B = 1, 32k and B = 64, 8k (H_q = 32): splits.csv
+#   splits    split counts 1..64 for gqa and persistent at B = 1, 32k and B = 64, 8k (H_q = 32): splits.csv
 #   io        the program's IO three ways (model, CPU count, SM↔L2 and DRAM) at B = 1, 32k: io.csv
 #   ncu       Nsight Compute on one launch of each kernel of NCU_VARIANTS (default gqa) at B = 1, 128k
 #             and B = 64, 8k (H_q = 32): ncu.txt
 # CSVs land in $OUT, the logs in $OUT/logs.tgz; a table of GB/s against the copy is printed last.
-# Usage there: OUT=/dir STEPS=test,ladder scripts/device/stage12.sh   (Eigen/doctest/CLI11 in .deps/)
+# Usage there: OUT=/dir STEPS=ladder,splits scripts/device/stage12.sh   (Eigen/doctest/CLI11 in .deps/)
+# The GPU tests and the four sanitizers: STAGES=12_inference SANITIZE=12_inference scripts/device/gpu_tests.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
-STEPS=",${STEPS:-test,ladder},"
+STEPS=",${STEPS:-ladder},"
 VARIANTS=${VARIANTS:-split_kv,gqa,persistent,copy}
 export COURSE_NO_APT=1 PYTHONUNBUFFERED=1
 has() { [[ "$STEPS" == *",$1,"* ]]; }
@@ -33,25 +32,6 @@ if cmake --preset default -DCMAKE_PREFIX_PATH="$PWD/.deps/usr" -DCMAKE_CUDA_ARCH
   note "build: ok, $(grep -ci 'warning' "$OUT/build.log") warning lines"
 else
   note "build: FAILED"; tail -n 40 "$OUT/build.log"; exit 1
-fi
-if has test; then
-  echo "=== tests ($(date +%T))"
-  scripts/run_gpu_cases.sh build/bin/test_12_inference_gpu >"$OUT/test_gpu.log" 2>&1
-  note "test_12_inference_gpu: rc=$? $(tail -n 1 "$OUT/test_gpu.log")"
-fi
-if has sanitize; then
-  echo "=== compute-sanitizer ($(date +%T))"
-  pids=()
-  for tool in memcheck racecheck synccheck initcheck; do
-    COURSE_SANITIZER=1 timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      build/bin/test_12_inference_gpu >"$OUT/sanitize_$tool.log" 2>&1 &
-    pids+=($!)
-  done
-  k=0
-  for tool in memcheck racecheck synccheck initcheck; do
-    wait "${pids[$k]}"; rc=$?; k=$((k + 1))
-    note "sanitizer $tool: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -n 1) $(grep -E '^\[doctest\] assertions' "$OUT/sanitize_$tool.log")"
-  done
 fi
 run() {  # run <csv> <log> <program options...>
   local csv=$1 log=$2
